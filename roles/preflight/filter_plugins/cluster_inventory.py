@@ -1,0 +1,119 @@
+"""Inventory checks that YAML expresses badly: the cluster as a whole.
+
+`cluster_inventory_problems(hostvars, groups)` returns one message per
+problem, each naming the host, the value and the fix; an empty list means the
+inventory is sound. It reads the inventory only and changes nothing.
+"""
+
+import ipaddress
+import re
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+IGNORED_HOSTS = {"localhost", "127.0.0.1"}
+
+
+def _is_positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _cluster_wide(first_vars):
+    problems = []
+    name = first_vars.get("cluster_name")
+    if name is None:
+        problems.append("cluster_name is not set: set it in group_vars/all.yml (for example `cluster_name: rack1`)")
+    elif not isinstance(name, str) or not NAME_RE.match(name):
+        problems.append(
+            f"cluster_name={name!r} is not a short name: use lower-case letters, digits, '-' or '_' (for example rack1)"
+        )
+    user = first_vars.get("cluster_training_user")
+    if user is None:
+        problems.append("cluster_training_user is not set: set it in group_vars/all.yml (for example `cntk`)")
+    elif not isinstance(user, str) or not USER_RE.match(user) or user == "root":
+        problems.append(
+            f"cluster_training_user={user!r}: the job runs as an unprivileged user; "
+            "choose a valid user name other than root (for example cntk)"
+        )
+    uid = first_vars.get("cluster_training_uid")
+    if uid is None:
+        problems.append("cluster_training_uid is not set: set a fixed uid such as 2000 in group_vars/all.yml")
+    elif not isinstance(uid, int) or isinstance(uid, bool) or not 1000 <= uid < 60000:
+        problems.append(
+            f"cluster_training_uid={uid!r}: choose a regular user's uid between 1000 and 59999 "
+            "that no node uses for another user"
+        )
+    interface = first_vars.get("cluster_mpi_interface")
+    if not interface or not isinstance(interface, str):
+        problems.append(
+            f"cluster_mpi_interface={interface!r}: name the network interface MPI uses on every node "
+            "(for example eth1; `lo` on the local cluster)"
+        )
+    return problems
+
+
+def cluster_inventory_problems(hostvars, groups):
+    problems = []
+    nodes = list(groups.get("cluster", []))
+    if not nodes:
+        return ["the inventory has no `cluster` group, or it is empty: put every node under `cluster` "
+                "(see inventory/example/hosts.yml)"]
+    if not groups.get("training"):
+        problems.append("the `training` group is empty: list the nodes that run MPI ranks under "
+                        "cluster -> training (see inventory/example/hosts.yml)")
+
+    for host in groups.get("all", []):
+        if host not in nodes and host not in IGNORED_HOSTS:
+            problems.append(
+                f"{host} is in no cluster group: add it under `cluster` (or `training`) "
+                "in the inventory, or remove it"
+            )
+    for host in groups.get("training", []):
+        if host not in nodes:
+            problems.append(f"{host} is in `training` but not in `cluster`: make `training` a child of `cluster`")
+
+    problems += _cluster_wide(hostvars[nodes[0]])
+
+    seen_names, seen_addresses, seen_endpoints = {}, {}, {}
+    interface = hostvars[nodes[0]].get("cluster_mpi_interface")
+    for host in nodes:
+        hv = hostvars[host]
+        slots = hv.get("cluster_slots")
+        if slots is None:
+            problems.append(f"{host}: cluster_slots is not set: set the MPI ranks for this node (a positive integer)")
+        elif not _is_positive_int(slots):
+            problems.append(f"{host}: cluster_slots={slots!r} is not a positive integer: set it to the number "
+                            "of MPI ranks for this node (for the cntk backend, its GPUs)")
+
+        short = host.split(".")[0].lower()
+        if short in seen_names:
+            problems.append(f"{host} and {seen_names[short]} have the same short host name {short!r}: "
+                            "give every node its own name")
+        seen_names[short] = host
+
+        address = hv.get("cluster_address", hv.get("ansible_host", host))
+        try:
+            parsed = ipaddress.ip_address(str(address))
+        except ValueError:
+            problems.append(f"{host}: cluster_address={address!r} is not an IP address: set the node's "
+                            "address on the MPI network")
+            parsed = None
+        if address in seen_addresses:
+            problems.append(f"{host} and {seen_addresses[address]} have the same cluster_address {address}: "
+                            "every node needs its own address")
+        seen_addresses[address] = host
+        if interface == "lo" and parsed is not None and not parsed.is_loopback:
+            problems.append(f"{host}: cluster_address={address} is not a loopback address but "
+                            "cluster_mpi_interface is lo: use the node's address on the MPI network's "
+                            "interface, or a 127.x address on the local cluster")
+
+        endpoint = (str(hv.get("ansible_host", host)), str(hv.get("ansible_port", 22)))
+        if endpoint in seen_endpoints:
+            problems.append(f"{host} and {seen_endpoints[endpoint]} are both reached at "
+                            f"{endpoint[0]}:{endpoint[1]}: give each its own ansible_host")
+        seen_endpoints[endpoint] = host
+    return problems
+
+
+class FilterModule:
+    def filters(self):
+        return {"cluster_inventory_problems": cluster_inventory_problems}

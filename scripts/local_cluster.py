@@ -1,0 +1,494 @@
+#!/usr/bin/env python3
+"""The local cluster: N Debian nodes as containers on this machine.
+
+Each node is a container with host networking, its own hostname (node1..nodeN),
+its own host keys and its own sshd bound to its own loopback address
+(127.0.0.11, .12, ...). Nothing but loopback is used. The node image is built
+with debootstrap from the mirror in this machine's apt sources and imported
+into Docker; it is tagged with a hash of its recipe and rebuilt only when the
+recipe changes.
+
+    local_cluster.py up [--nodes N] [--ssh-port P]   create or reconcile
+    local_cluster.py down                             remove nodes, stop the engine we started
+    local_cluster.py status                           print what runs
+
+`up` writes inventory/local/hosts.yml, a controller key and a known_hosts file
+pinned to the nodes' real host keys (read through `docker exec`, a channel
+that needs no trust on first use).
+"""
+
+import argparse
+import errno
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE_DIR = ROOT / ".cluster" / "local"
+INVENTORY_FILE = ROOT / "inventory" / "local" / "hosts.yml"
+
+CLUSTER_LABEL = "io.cntk-cluster.cluster=local"
+CONTAINER_PREFIX = "cntk-local-"
+IMAGE_NAME = "cntk-cluster-node"
+FIRST_ADDRESS = "127.0.0.11"
+MAX_NODES = 64
+
+# What the node image is made of. Any change here gives a new image tag.
+NODE_SUITE = "bookworm"
+NODE_PACKAGES = ("openssh-server", "python3", "sudo", "iproute2")
+NODE_INIT = """#!/bin/sh
+# Starts one local-cluster node: fresh host keys on its first start, then its
+# own sshd on its own loopback address. PID 1 is docker's init (--init).
+set -eu
+: "${NODE_ADDRESS:?}" "${NODE_SSH_PORT:?}"
+ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
+mkdir -p /run/sshd
+printf 'ListenAddress %s:%s\\n' "$NODE_ADDRESS" "$NODE_SSH_PORT" \\
+  >/etc/ssh/sshd_config.d/10-local-cluster.conf
+# All nodes share one network stack: leave from this node's own address so
+# that a key restricted with from="..." sees which node connects.
+printf 'BindAddress %s\\n' "$NODE_ADDRESS" >/etc/ssh/ssh_config.d/10-local-cluster.conf
+exec /usr/sbin/sshd -D -e
+"""
+
+
+class ClusterError(Exception):
+    """A problem the user can fix; the message says how."""
+
+
+# ---------------------------------------------------------------- pure logic
+
+
+def parse_apt_sources(files):
+    """Return [(uri, suite, components)] of the `deb` entries in apt sources.
+
+    `files` maps a file name to its text; names ending in .sources are deb822,
+    the rest one-line format.
+    """
+    entries = []
+    for name, text in files.items():
+        if name.endswith(".sources"):
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = {}
+                for line in stanza.splitlines():
+                    if line.startswith("#") or ":" not in line or line[0].isspace():
+                        continue
+                    key, _, value = line.partition(":")
+                    fields[key.strip().lower()] = value.split()
+                if "deb" not in fields.get("types", []):
+                    continue
+                if fields.get("enabled", ["yes"])[0].lower() == "no":
+                    continue
+                for uri in fields.get("uris", []):
+                    for suite in fields.get("suites", []):
+                        entries.append((uri, suite, fields.get("components", [])))
+        else:
+            for line in text.splitlines():
+                words = line.split("#", 1)[0].split()
+                if not words or words[0] != "deb":
+                    continue
+                words = words[1:]
+                if words and words[0].startswith("["):
+                    while words and not words[0].endswith("]"):
+                        words = words[1:]
+                    words = words[1:]
+                if len(words) >= 2:
+                    entries.append((words[0], words[1], words[2:]))
+    return entries
+
+
+def debian_mirror(entries):
+    """The URI of the first entry that serves Debian's main archive."""
+    for uri, suite, components in entries:
+        if "main" not in components or not uri.startswith(("http://", "https://")):
+            continue
+        if suite.endswith(("-security", "-updates", "-backports")) or "/" in suite:
+            continue
+        return uri
+    raise ClusterError(
+        "no Debian archive found in this machine's apt sources "
+        "(/etc/apt/sources.list, /etc/apt/sources.list.d/*): add a 'deb' entry "
+        "for Debian's main archive, the same one apt-get uses"
+    )
+
+
+def image_tag(suite, packages, init_script):
+    """A tag that changes whenever the image recipe changes."""
+    recipe = json.dumps([suite, sorted(packages), init_script], sort_keys=True)
+    return hashlib.sha256(recipe.encode()).hexdigest()[:12]
+
+
+def node_addresses(count, first=FIRST_ADDRESS):
+    """Loopback addresses for nodes 1..count, one each."""
+    if not 1 <= count <= MAX_NODES:
+        raise ClusterError(f"--nodes {count}: choose between 1 and {MAX_NODES}")
+    start = ipaddress.IPv4Address(first)
+    loopback = ipaddress.IPv4Network("127.0.0.0/8")
+    addresses = [str(start + i) for i in range(count)]
+    for address in addresses:
+        if ipaddress.IPv4Address(address) not in loopback or address.endswith(".255"):
+            raise ClusterError(
+                f"node address {address} is outside 127.0.0.0/8: the local cluster "
+                "uses loopback only; choose a lower first address or fewer nodes"
+            )
+    return addresses
+
+
+def nodes_for(count, first=FIRST_ADDRESS):
+    """[{'name': 'node1', 'address': '127.0.0.11'}, ...]"""
+    return [
+        {"name": f"node{i + 1}", "address": address}
+        for i, address in enumerate(node_addresses(count, first))
+    ]
+
+
+def known_hosts_lines(address, port, public_keys):
+    """known_hosts lines for one node, host pattern as ssh writes it."""
+    pattern = address if port == 22 else f"[{address}]:{port}"
+    lines = []
+    for key in public_keys:
+        fields = key.split()
+        if len(fields) < 2:
+            raise ClusterError(f"unreadable host key for {address}: {key!r}")
+        lines.append(f"{pattern} {fields[0]} {fields[1]}")
+    return lines
+
+
+def render_inventory(nodes, port, key_file, known_hosts_file):
+    """inventory/local/hosts.yml for the running nodes (YAML, written by hand)."""
+    out = [
+        "# Generated by scripts/local_cluster.py up: the local cluster as it runs now.",
+        "# Settings that do not depend on the running nodes: group_vars/all.yml.",
+        "all:",
+        "  vars:",
+        "    ansible_user: root",
+        f"    ansible_port: {port}",
+        f"    ansible_ssh_private_key_file: {key_file}",
+        "    ansible_ssh_common_args: >-",
+        f"      -o UserKnownHostsFile={known_hosts_file}",
+        "      -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
+        f"    cluster_ssh_port: {port}",
+        "  children:",
+        "    cluster:",
+        "      children:",
+        "        training:",
+        "          hosts:",
+    ]
+    for node in nodes:
+        out += [
+            f"            {node['name']}:",
+            f"              ansible_host: {node['address']}",
+            f"              cluster_address: {node['address']}",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def address_in_use(address, port):
+    """True when something already listens on (address, port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+# ------------------------------------------------------------ side effects
+
+
+def run(cmd, check=True, capture=True, **kwargs):
+    result = subprocess.run(cmd, text=True, capture_output=capture, **kwargs)
+    if check and result.returncode != 0:
+        detail = (result.stderr or result.stdout or "").strip()
+        raise ClusterError(f"{' '.join(cmd)} failed ({result.returncode}): {detail}")
+    return result
+
+
+def write_if_changed(path, text, mode=0o644):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.read_text() == text:
+        return False
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(path)
+    return True
+
+
+def apt_install(*packages):
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise ClusterError(
+            f"{', '.join(packages)} missing: install Debian's packages "
+            f"({' '.join(packages)}) as root, then run this again"
+        )
+    print(f"installing {' '.join(packages)} with apt-get", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(["apt-get", "update", "-q"], env=env)
+    run(["apt-get", "install", "-y", "-q", *packages], env=env)
+
+
+def engine_running():
+    return shutil.which("docker") is not None and run(["docker", "info"], check=False).returncode == 0
+
+
+def ensure_engine():
+    """Start Debian's Docker engine on loopback terms when it is not running."""
+    if engine_running():
+        return
+    if shutil.which("dockerd") is None:
+        apt_install("docker.io")
+        if engine_running():
+            return
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    log = open(STATE_DIR / "dockerd.log", "ab")
+    # No bridge, no iptables: nodes use host networking on loopback only.
+    proc = subprocess.Popen(
+        ["dockerd", "--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+    for _ in range(60):
+        if engine_running():
+            (STATE_DIR / "dockerd.pid").write_text(str(proc.pid))
+            print(f"started the Docker engine (pid {proc.pid}, log .cluster/local/dockerd.log)")
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.5)
+    raise ClusterError(
+        "the Docker engine did not start: read .cluster/local/dockerd.log "
+        "(another dockerd running, or no permission to start one?)"
+    )
+
+
+def apt_source_files():
+    files = {}
+    candidates = [Path("/etc/apt/sources.list")] + sorted(Path("/etc/apt/sources.list.d").glob("*"))
+    for path in candidates:
+        if path.is_file() and path.name.endswith((".list", ".sources")):
+            files[path.name] = path.read_text()
+    return files
+
+
+def image_ref():
+    return f"{IMAGE_NAME}:{image_tag(NODE_SUITE, NODE_PACKAGES, NODE_INIT)}"
+
+
+def ensure_image():
+    """Build the node image unless one from the same recipe exists."""
+    ref = image_ref()
+    if run(["docker", "image", "inspect", ref], check=False).returncode == 0:
+        return ref
+    if shutil.which("debootstrap") is None:
+        apt_install("debootstrap")
+    mirror = debian_mirror(parse_apt_sources(apt_source_files()))
+    print(f"building node image {ref} with debootstrap from {mirror} (about a minute)", flush=True)
+    build_root = Path(tempfile.mkdtemp(prefix="node-image-", dir="/var/tmp"))
+    try:
+        run([
+            "debootstrap", "--variant=minbase", f"--include={','.join(NODE_PACKAGES)}",
+            NODE_SUITE, str(build_root), mirror,
+        ])
+        # Every node makes its own host keys on first start.
+        for key in (build_root / "etc" / "ssh").glob("ssh_host_*"):
+            key.unlink()
+        init = build_root / "usr" / "local" / "sbin" / "cluster-node-init"
+        init.write_text(NODE_INIT)
+        init.chmod(0o755)
+        shutil.rmtree(build_root / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        tar = subprocess.Popen(["tar", "-C", str(build_root), "-c", "."], stdout=subprocess.PIPE)
+        run(["docker", "import", "--change", 'CMD ["/usr/local/sbin/cluster-node-init"]', "-", ref],
+            stdin=tar.stdout)
+        tar.stdout.close()
+        if tar.wait() != 0:
+            raise ClusterError("tar of the node image root failed")
+    finally:
+        shutil.rmtree(build_root, ignore_errors=True)
+    return ref
+
+
+def containers():
+    """{container name: {'running': bool, 'image': str, 'address': str, 'port': str}}"""
+    names = run(["docker", "ps", "-a", "--filter", f"label={CLUSTER_LABEL}", "--format", "{{.Names}}"]).stdout.split()
+    found = {}
+    for name in names:
+        info = json.loads(run(["docker", "inspect", name]).stdout)[0]
+        labels = info["Config"]["Labels"] or {}
+        found[name] = {
+            "running": info["State"]["Running"],
+            "image": info["Config"]["Image"],
+            "address": labels.get("io.cntk-cluster.address", ""),
+            "port": labels.get("io.cntk-cluster.ssh-port", ""),
+        }
+    return found
+
+
+def wait_for_sshd(address, port, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=1) as conn:
+                if conn.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise ClusterError(f"sshd on {address}:{port} did not answer within {timeout}s")
+
+
+def ensure_controller_key():
+    key = STATE_DIR / "controller_ed25519"
+    if not key.exists():
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "controller@local-cluster", "-f", str(key)])
+    key.chmod(0o600)
+    return key
+
+
+def up(count, port):
+    nodes = nodes_for(count)
+    ensure_engine()
+    ref = ensure_image()
+    key = ensure_controller_key()
+    existing = containers()
+    wanted = {CONTAINER_PREFIX + n["name"]: n for n in nodes}
+    changes = []
+
+    for name, info in existing.items():
+        node = wanted.get(name)
+        if node is None or info["image"] != ref or info["address"] != node["address"] or info["port"] != str(port):
+            run(["docker", "rm", "-f", name])
+            changes.append(f"removed {name}")
+    existing = containers()
+
+    # Check every address we are about to bind before starting anything.
+    for name, node in wanted.items():
+        if name in existing and existing[name]["running"]:
+            continue
+        if address_in_use(node["address"], port):
+            raise ClusterError(
+                f"{node['address']}:{port} ({node['name']}) is already in use on this "
+                f"machine: stop what listens there (ss -ltnp) or choose another port "
+                f"with --ssh-port"
+            )
+
+    for name, node in wanted.items():
+        if name not in existing:
+            run([
+                "docker", "run", "-d", "--name", name, "--hostname", node["name"],
+                "--network", "host", "--init",
+                "--label", CLUSTER_LABEL,
+                "--label", f"io.cntk-cluster.address={node['address']}",
+                "--label", f"io.cntk-cluster.ssh-port={port}",
+                "-e", f"NODE_ADDRESS={node['address']}", "-e", f"NODE_SSH_PORT={port}",
+                ref,
+            ])
+            changes.append(f"created {name}")
+        elif not existing[name]["running"]:
+            run(["docker", "start", name])
+            changes.append(f"started {name}")
+
+    public_key = Path(str(key) + ".pub").read_text()
+    known = []
+    for name, node in wanted.items():
+        wait_for_sshd(node["address"], port)
+        # The controller's key for root, as an OS installer would leave it.
+        run(["docker", "exec", "-i", name, "sh", "-c",
+             "install -d -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys"],
+            input=public_key)
+        keys = run(["docker", "exec", name, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub"]).stdout
+        known += known_hosts_lines(node["address"], port, keys.strip().splitlines())
+
+    known_file = STATE_DIR / "known_hosts"
+    if write_if_changed(known_file, "\n".join(known) + "\n"):
+        changes.append("wrote .cluster/local/known_hosts")
+    if write_if_changed(INVENTORY_FILE, render_inventory(nodes, port, key, known_file)):
+        changes.append("wrote inventory/local/hosts.yml")
+    (STATE_DIR / "state.json").write_text(json.dumps({"nodes": count, "ssh_port": port, "image": ref}))
+
+    for change in changes:
+        print(change)
+    print(f"local cluster up: {count} nodes ({nodes[0]['address']}..{nodes[-1]['address']}, "
+          f"port {port}), {'changed' if changes else 'unchanged'}")
+
+
+def down():
+    if engine_running():
+        names = list(containers())
+        if names:
+            run(["docker", "rm", "-f", "-v", *names])
+            print(f"removed {' '.join(names)}")
+    pid_file = STATE_DIR / "dockerd.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        stop_engine(pid)
+        pid_file.unlink()
+    for path in (INVENTORY_FILE, STATE_DIR / "known_hosts", STATE_DIR / "state.json"):
+        path.unlink(missing_ok=True)
+    print("local cluster down")
+
+
+def stop_engine(pid):
+    """Stop the dockerd this tool started, and wait for it to go."""
+    try:
+        os.kill(pid, 15)
+    except ProcessLookupError:
+        return
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print(f"stopped the Docker engine (pid {pid})")
+            return
+        time.sleep(0.2)
+    raise ClusterError(f"the Docker engine (pid {pid}) did not stop within 20s")
+
+
+def status():
+    if not engine_running():
+        print("Docker engine not running: no local cluster")
+        return 1
+    found = containers()
+    if not found:
+        print("no local cluster (run: make up)")
+        return 1
+    for name, info in sorted(found.items()):
+        state = "running" if info["running"] else "stopped"
+        print(f"{name[len(CONTAINER_PREFIX):]:8} {info['address']}:{info['port']:5} {state:8} {info['image']}")
+    return 0 if all(info["running"] for info in found.values()) else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up_parser = sub.add_parser("up", help="create the cluster, or bring it to the wanted shape")
+    up_parser.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", 4)))
+    up_parser.add_argument("--ssh-port", type=int, default=22)
+    sub.add_parser("down", help="remove every node; stop the engine if this tool started it")
+    sub.add_parser("status", help="list the nodes")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            up(args.nodes, args.ssh_port)
+        elif args.command == "down":
+            down()
+        else:
+            return status()
+    except ClusterError as exc:
+        print(f"local cluster: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
