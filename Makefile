@@ -1,0 +1,53 @@
+# The two commands the README starts with:
+#   make cluster   local cluster up (4 nodes) and `ansible-playbook site.yml` on it
+#   make test      every test: lint, syntax, unit tests, molecule on the local cluster
+NODES ?= 4
+VENV := .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+
+.PHONY: cluster test venv up down status site lint syntax unit molecule bench clean
+
+cluster: up site
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+up: venv
+	$(PY) scripts/local_cluster.py up --nodes $(NODES)
+
+down: venv
+	$(PY) scripts/local_cluster.py down
+
+status: venv
+	$(PY) scripts/local_cluster.py status
+
+site: venv
+	ansible-playbook site.yml
+
+test: lint syntax unit molecule
+
+lint: venv
+	yamllint --strict .
+	ansible-lint --profile production
+
+syntax: venv
+	ansible-playbook --syntax-check site.yml playbooks/*.yml
+
+unit: venv
+	pytest -q tests
+
+molecule: venv
+	molecule test
+
+bench: venv
+	$(PY) bench/cluster_bench.py --nodes $(NODES)
+
+clean: down
+	rm -rf $(VENV)
