@@ -108,14 +108,19 @@ def parse_apt_sources(files):
     return entries
 
 
+DEBIAN_SUITES = ("buster", "bullseye", "bookworm", "trixie", "forky",
+                 "oldstable", "stable", "testing", "unstable", "sid")
+
+
 def debian_mirror(entries):
-    """The URI of the first entry that serves Debian's main archive."""
+    """The URI of the first entry that serves Debian's main archive.
+
+    Only a Debian suite name counts, so that a third-party repository
+    (its own suite name) is never taken for the archive.
+    """
     for uri, suite, components in entries:
-        if "main" not in components or not uri.startswith(("http://", "https://")):
-            continue
-        if suite.endswith(("-security", "-updates", "-backports")) or "/" in suite:
-            continue
-        return uri
+        if suite in DEBIAN_SUITES and "main" in components and uri.startswith(("http://", "https://")):
+            return uri
     raise ClusterError(
         "no Debian archive found in this machine's apt sources "
         "(/etc/apt/sources.list, /etc/apt/sources.list.d/*): add a 'deb' entry "
