@@ -46,7 +46,8 @@ MAX_NODES = 64
 
 # What the node image is made of. Any change here gives a new image tag.
 NODE_SUITE = "bookworm"
-NODE_PACKAGES = ("openssh-server", "python3", "sudo", "iproute2")
+# python3-apt as on a standard Debian install: Ansible's apt module needs it in check mode.
+NODE_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2")
 NODE_INIT = """#!/bin/sh
 # Starts one local-cluster node: fresh host keys on its first start, then its
 # own sshd on its own loopback address. PID 1 is docker's init (--init).

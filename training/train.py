@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Data-parallel training over MPI: one command line for both backends.
+
+    mpirun -np 4 python train.py --backend numpy --data-dir DATA \\
+        --test-file DATA/test.ctf --output-dir OUT --checkpoint-dir CKPT
+
+--backend cntk runs CNTK 2.7 (CPython 3.6, Open MPI 1.10); --backend numpy
+runs the numpy + mpi4py reference backend. This file is imported by CNTK's
+interpreter too, so it must stay Python 3.6 syntax.
+"""
+
+import argparse
+import importlib
+import sys
+
+BACKENDS = ("numpy", "cntk")
+MODELS = ("softmax", "mlp")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description="Data-parallel SGD over MPI; every rank reads DATA_DIR/shard-<rank>.ctf.")
+    parser.add_argument("--backend", choices=BACKENDS, required=True)
+    parser.add_argument("--data-dir", required=True,
+                        help="directory with this rank's shard-{rank:05d}.ctf")
+    parser.add_argument("--test-file", required=True,
+                        help="CTF file rank 0 scores the final model on")
+    parser.add_argument("--output-dir", required=True,
+                        help="rank 0 writes metrics.jsonl, model.npz and summary.json here")
+    parser.add_argument("--checkpoint-dir", required=True,
+                        help="rank 0 writes a checkpoint here after every epoch")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the checkpoint if there is one")
+    parser.add_argument("--model", choices=MODELS, default="softmax")
+    parser.add_argument("--hidden", type=int, default=64, help="hidden units of the mlp")
+    parser.add_argument("--features", type=int, default=64)
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--minibatch", type=int, default=64,
+                        help="global minibatch: samples per step across all ranks")
+    parser.add_argument("--lr", type=float, default=0.1,
+                        help="learning rate applied to the minibatch's mean gradient")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--max-samples", type=int, default=None,
+                        help="stop once this many global samples have been trained on")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--progress-every", type=int, default=10, metavar="STEPS",
+                        help="rank 0 records progress every this many steps")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name in ("hidden", "features", "classes", "minibatch", "epochs", "progress_every"):
+        if getattr(args, name) < 1:
+            parser.error("--{} must be at least 1".format(name.replace("_", "-")))
+    if args.max_samples is not None and args.max_samples < 1:
+        parser.error("--max-samples must be at least 1")
+    if args.lr <= 0:
+        parser.error("--lr must be positive")
+    if args.seed < 0:
+        parser.error("--seed must not be negative")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # Import only the backend asked for: cntk loads only under CNTK's
+    # Python 3.6, mpi4py may be absent there.
+    backend = importlib.import_module(args.backend + "_backend")
+    backend.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
