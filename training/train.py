@@ -45,6 +45,15 @@ def build_parser():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--progress-every", type=int, default=10, metavar="STEPS",
                         help="rank 0 records progress every this many steps")
+    cntk = parser.add_argument_group("cntk backend only")
+    cntk.add_argument("--quantization-bits", type=int, default=32,
+                      help="gradient bits in the data-parallel learner; below 32 selects 1-bit SGD")
+    cntk.add_argument("--block-momentum", action="store_true",
+                      help="block-momentum SGD instead of data-parallel SGD")
+    cntk.add_argument("--block-size", type=int, default=None,
+                      help="samples across all workers between block-momentum syncs")
+    cntk.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS",
+                      help="steps between checkpoints (default: 10 x --progress-every)")
     return parser
 
 
@@ -56,6 +65,11 @@ def parse_args(argv=None):
             parser.error("--{} must be at least 1".format(name.replace("_", "-")))
     if args.max_samples is not None and args.max_samples < 1:
         parser.error("--max-samples must be at least 1")
+    if not 1 <= args.quantization_bits <= 32:
+        parser.error("--quantization-bits must be between 1 and 32")
+    for name in ("block_size", "checkpoint_every"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error("--{} must be at least 1".format(name.replace("_", "-")))
     if args.lr <= 0:
         parser.error("--lr must be positive")
     if args.seed < 0:
