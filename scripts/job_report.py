@@ -1,0 +1,759 @@
+#!/usr/bin/env python3
+"""Turn a fetched training run into a plot and a one-page HTML report.
+
+    job_report.py RUN_DIR
+
+RUN_DIR (artifacts/<job>/<run-id>/ on the controller) holds what the job
+fetched back; every file is optional:
+
+    metrics.jsonl     rank 0's progress records, one JSON object a line:
+                      step, epoch, samples, loss, metric (training error
+                      rate), samples_per_sec and allreduce_share (or null)
+    summary.json      backend, model, ranks, hosts (by rank), versions,
+                      epochs, samples, seconds, samples_per_sec,
+                      allreduce_share, final_loss, test_accuracy; the cntk
+                      backend writes more keys (shown as they are) and no
+                      allreduce_share
+    model.npz | model.cntk
+    logs/...          every rank's log files, in any nested layout
+                      (logs/node1/rank.0/stdout, logs/node2/1/rank.3/stderr)
+    job.json          the job: name (or job), run_id, command (list or
+                      string), hostfile, fingerprint, started, finished,
+                      exit_status (or status/rc/exit_code), failed_rank and
+                      failed_host (or failed: {rank, host})
+
+It writes RUN_DIR/plot.png (loss and training accuracy against step,
+1000x500 px, matplotlib's Agg) and RUN_DIR/report.html (one page, inline CSS,
+the plot as a relative <img src="plot.png">, links relative to RUN_DIR, no
+external resource), and prints the absolute path of report.html as its last
+line on stdout.
+
+A failed run gets a report too: whatever is missing (summary, metrics, model,
+logs) is named in it, the failed rank and host are shown at the top with the
+tail of that rank's logs. The exit status is 0 whenever a report was
+written, 2 when RUN_DIR does not exist (or is not a directory).
+
+Standard library and matplotlib only.
+"""
+
+import argparse
+import datetime
+import html
+import json
+import math
+import os
+import re
+import shlex
+import sys
+import tempfile
+from collections import OrderedDict
+from urllib.parse import quote
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+JOB_FILE = "job.json"
+LOGS_DIR = "logs"
+PLOT_FILE = "plot.png"
+REPORT_FILE = "report.html"
+MODEL_FILES = ("model.npz", "model.cntk")
+
+PLOT_SIZE_PX = (1000, 500)
+PLOT_DPI = 100
+MAX_METRIC_ROWS = 20
+LOG_TAIL_LINES = 25
+
+# summary.json keys the summary table shows; the rest go under "more".
+SUMMARY_KEYS_SHOWN = {
+    "backend", "model", "ranks", "hosts", "versions", "epochs", "samples", "seconds",
+    "samples_per_sec", "allreduce_share", "final_loss", "test_accuracy",
+}
+# job.json keys the job table shows; the rest go under "more".
+JOB_KEYS_SHOWN = {
+    "name", "job", "job_name", "run_id", "run", "command", "command_line", "cmd",
+    "hostfile", "fingerprint", "started", "finished", "exit_status", "status",
+    "rc", "exit_code", "returncode", "failed_rank", "failed_host", "failed",
+}
+
+
+# ---------------------------------------------------------------- reading
+
+def read_json(path):
+    """(document, problem): the parsed file, or None and why not."""
+    if not os.path.exists(path):
+        return None, "missing"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            document = json.load(source)
+    except (OSError, ValueError) as error:
+        return None, "unreadable ({})".format(error)
+    if not isinstance(document, dict):
+        return None, "not a JSON object"
+    return document, None
+
+
+def read_metrics(path):
+    """(records, skipped, problem): the records that have a step, in file order.
+
+    A job that died mid-write can leave a truncated last line; such lines
+    are skipped and counted, never fatal.
+    """
+    if not os.path.exists(path):
+        return [], 0, "missing"
+    records, skipped = [], 0
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            for line in source:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    skipped += 1
+                    continue
+                if not isinstance(record, dict) or number(record.get("step")) is None:
+                    skipped += 1
+                    continue
+                records.append(record)
+    except OSError as error:
+        return [], 0, "unreadable ({})".format(error)
+    if not records:
+        return [], skipped, "empty" if not skipped else "no readable record"
+    return records, skipped, None
+
+
+def number(value):
+    """value as a finite float, or None (booleans, strings, NaN are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def first_of(document, *keys):
+    for key in keys:
+        if document.get(key) is not None:
+            return document[key]
+    return None
+
+
+def list_files(run_dir, top):
+    """Every regular file under run_dir/top, as (relative path, size), sorted
+    with numbers in their numeric order (rank.2 before rank.10)."""
+    base = os.path.join(run_dir, top) if top else run_dir
+    found = []
+    for directory, subdirs, files in os.walk(base):
+        subdirs.sort()
+        for name in files:
+            full = os.path.join(directory, name)
+            if not os.path.isfile(full):
+                continue
+            try:
+                size = os.path.getsize(full)
+            except OSError:
+                continue
+            found.append((os.path.relpath(full, run_dir).replace(os.sep, "/"), size))
+    return sorted(found, key=lambda item: natural_key(item[0]))
+
+
+def natural_key(text):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+RANK_PATTERN = re.compile(r"(?:^|[^a-z])rank[._-]?(\d+)(?:$|[^0-9])", re.IGNORECASE)
+
+
+def log_rank(relative_path):
+    """The rank a log file belongs to, from its path (rank.3, rank-3, rank3), or None."""
+    matches = RANK_PATTERN.findall(relative_path)
+    return int(matches[-1]) if matches else None
+
+
+def log_node(relative_path):
+    """The first directory under logs/, which is the node in the fetched layout."""
+    parts = relative_path.split("/")
+    return parts[1] if len(parts) > 2 else None
+
+
+# ---------------------------------------------------------------- the job
+
+class Job(object):
+    """What the report says about the run as a whole, from job.json, the
+    summary and RUN_DIR's own path (artifacts/<job>/<run-id>/)."""
+
+    def __init__(self, run_dir, job, summary):
+        job = job or {}
+        summary = summary or {}
+        self.name = str(first_of(job, "name", "job", "job_name")
+                        or os.path.basename(os.path.dirname(run_dir)) or "job")
+        self.run_id = str(first_of(job, "run_id", "run") or os.path.basename(run_dir))
+        command = first_of(job, "command", "command_line", "cmd")
+        if isinstance(command, (list, tuple)):
+            command = " ".join(shlex.quote(str(part)) for part in command)
+        self.command = None if command is None else str(command)
+        failed = job.get("failed") if isinstance(job.get("failed"), dict) else {}
+        self.failed_rank = first_of(job, "failed_rank")
+        if self.failed_rank is None:
+            self.failed_rank = failed.get("rank")
+        self.failed_host = first_of(job, "failed_host")
+        if self.failed_host is None:
+            self.failed_host = failed.get("host")
+        self.exit_status = first_of(job, "exit_status", "rc", "exit_code", "returncode")
+        status = job.get("status")
+        if self.exit_status is None and isinstance(status, int) and not isinstance(status, bool):
+            self.exit_status, status = status, None
+        exit_number = number(self.exit_status)
+        self.failed = (self.failed_rank is not None or self.failed_host is not None
+                       or (exit_number is not None and exit_number != 0)
+                       or (isinstance(status, str) and status.lower() in
+                           ("failed", "failure", "error", "aborted", "killed", "timeout")))
+        if isinstance(status, str) and status:
+            self.status = status
+        elif self.exit_status is not None:
+            self.status = "failed" if self.failed else "succeeded"
+        elif self.failed:
+            self.status = "failed"
+        else:
+            self.status = None
+        self.backend = summary.get("backend")
+        self.ranks = summary.get("ranks")
+        if number(self.ranks) is None and isinstance(summary.get("hosts"), list):
+            self.ranks = len(summary["hosts"])
+
+    def title(self):
+        return "{} run {}".format(self.name, self.run_id)
+
+    def plot_title(self):
+        parts = [self.name]
+        if self.backend:
+            parts.append("{} backend".format(self.backend))
+        if number(self.ranks) is not None:
+            parts.append("{:d} ranks".format(int(self.ranks)))
+        if self.failed:
+            parts.append("FAILED")
+        return " \u2014 ".join(parts)
+
+
+# ---------------------------------------------------------------- formatting
+
+CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def esc(value):
+    """Text from a file, safe in HTML: escaped, and without control characters
+    (Open MPI's version string ends in a NUL)."""
+    text = CONTROL_CHARACTERS.sub("", "" if value is None else str(value))
+    return html.escape(text, quote=True)
+
+
+def href(relative_path):
+    return esc(quote(relative_path, safe="/"))
+
+
+def fmt_int(value):
+    value = number(value)
+    return "{:,d}".format(int(round(value))) if value is not None else None
+
+
+def fmt_float(value, digits=4):
+    value = number(value)
+    return "{:.{}f}".format(value, digits) if value is not None else None
+
+
+def fmt_percent(value, digits=1):
+    value = number(value)
+    return "{:.{}f}%".format(100.0 * value, digits) if value is not None else None
+
+
+def fmt_duration(seconds):
+    seconds = number(seconds)
+    if seconds is None:
+        return None
+    if seconds < 10:
+        return "{:.2f} s".format(seconds)
+    if seconds < 60:
+        return "{:.1f} s".format(seconds)
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return "{:d} min {:02d} s".format(minutes, secs)
+    hours, minutes = divmod(minutes, 60)
+    return "{:d} h {:02d} min {:02d} s".format(hours, minutes, secs)
+
+
+def fmt_size(size):
+    if size < 1024:
+        return "{:d} B".format(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024.0
+        if size < 1024 or unit == "GiB":
+            return "{:.1f} {}".format(size, unit)
+
+
+def fmt_value(value):
+    """Any JSON value, as short text."""
+    if value is None:
+        return "\u2013"
+    if isinstance(value, float):
+        return "{:.6g}".format(value)
+    if isinstance(value, (dict, list)):
+        text = json.dumps(value, sort_keys=True)
+        return text if len(text) <= 300 else text[:297] + "..."
+    return str(value)
+
+
+def parse_time(value):
+    """A timestamp (ISO 8601 text or seconds since the epoch) as an aware datetime, or None."""
+    if number(value) is not None:
+        try:
+            return datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+    return None
+
+
+def fmt_time(value):
+    parsed = parse_time(value)
+    if parsed is None:
+        return None if value is None else str(value)
+    return parsed.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def nodes_text(summary):
+    """'2 nodes x 2 ranks: node1 (ranks 0-1), node2 (ranks 2-3)' from hosts by rank."""
+    hosts = summary.get("hosts")
+    ranks = summary.get("ranks")
+    if not isinstance(hosts, list) or not hosts:
+        return None if number(ranks) is None else "{:d} ranks (hosts not recorded)".format(int(ranks))
+    per_node = OrderedDict()
+    for rank, host in enumerate(hosts):
+        per_node.setdefault(str(host), []).append(rank)
+    counts = set(len(r) for r in per_node.values())
+    head = "{:d} node{}".format(len(per_node), "" if len(per_node) == 1 else "s")
+    if len(counts) == 1:
+        head += " \u00d7 {:d} rank{} per node".format(counts.pop(), "" if len(hosts) == len(per_node) else "s")
+    else:
+        head += ", {:d} ranks (uneven)".format(len(hosts))
+    detail = ", ".join("{} (rank{} {})".format(host, "" if len(r) == 1 else "s", rank_ranges(r))
+                       for host, r in per_node.items())
+    if number(ranks) is not None and int(ranks) != len(hosts):
+        detail += "; summary says {:d} ranks".format(int(ranks))
+    return "{}: {}".format(head, detail)
+
+
+def rank_ranges(ranks):
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    parts, start = [], None
+    for i, rank in enumerate(ranks):
+        if start is None:
+            start = rank
+        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
+            parts.append(str(start) if start == rank else "{}\u2013{}".format(start, rank))
+            start = None
+    return ", ".join(parts)
+
+
+def versions_text(versions):
+    if isinstance(versions, dict):
+        return " \u00b7 ".join("{} {}".format(k, fmt_value(v)) for k, v in sorted(versions.items())) or None
+    return None if versions is None else fmt_value(versions)
+
+
+def ordinal(n):
+    if 10 <= n % 100 <= 20:
+        return "{}th".format(n)
+    return "{}{}".format(n, {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th"))
+
+
+def pick_rows(count, most=MAX_METRIC_ROWS):
+    """Indices of the metric records to tabulate: the first, every k-th, the last."""
+    if count <= most:
+        return list(range(count))
+    step = int(math.ceil(count / float(most - 1)))
+    rows = list(range(0, count, step))
+    if rows[-1] != count - 1:
+        rows.append(count - 1)
+    return rows
+
+
+def tail(path, lines=LOG_TAIL_LINES, most_bytes=64 * 1024):
+    try:
+        with open(path, "rb") as source:
+            source.seek(0, os.SEEK_END)
+            size = source.tell()
+            source.seek(max(0, size - most_bytes))
+            text = source.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------- the plot
+
+def write_plot(path, records, job, test_accuracy=None):
+    """Loss and training accuracy against step, side by side; None when written,
+    else why not."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator, PercentFormatter
+    except ImportError as error:
+        return "matplotlib is not available ({})".format(error)
+
+    points = [(number(r.get("step")), number(r.get("loss")), number(r.get("metric")), r.get("epoch"))
+              for r in records]
+    loss = [(s, l) for s, l, _, _ in points if l is not None]
+    accuracy = [(s, 1.0 - m) for s, _, m, _ in points if m is not None]
+    if not loss and not accuracy:
+        return "no record has a loss or a metric"
+
+    figure = Figure(figsize=(PLOT_SIZE_PX[0] / float(PLOT_DPI), PLOT_SIZE_PX[1] / float(PLOT_DPI)),
+                    dpi=PLOT_DPI, layout="constrained")
+    figure.suptitle(job.plot_title().replace("$", r"\$"), fontsize=14)
+    loss_axes, accuracy_axes = figure.subplots(1, 2)
+    marker = "o" if len(points) <= 60 else None
+
+    def draw(axes, series, colour, label, ylabel):
+        if series:
+            axes.plot([s for s, _ in series], [v for _, v in series], color=colour,
+                      marker=marker, markersize=3, linewidth=1.6, label=label)
+        else:
+            axes.text(0.5, 0.5, "no {} recorded".format(label), ha="center", va="center",
+                      transform=axes.transAxes, color="0.4")
+        axes.set_xlabel("step", fontsize=11)
+        axes.set_ylabel(ylabel, fontsize=11)
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.grid(True, color="0.88", linewidth=0.8)
+        axes.tick_params(labelsize=10)
+
+    draw(loss_axes, loss, "#1f77b4", "training loss", "loss (global minibatch)")
+    loss_axes.set_title("training loss", fontsize=12)
+    draw(accuracy_axes, accuracy, "#2ca02c", "training accuracy", "accuracy (1 \u2212 error rate)")
+    accuracy_axes.set_title("training accuracy", fontsize=12)
+    accuracy_axes.yaxis.set_major_formatter(PercentFormatter(1.0))
+    if number(test_accuracy) is not None and accuracy:
+        accuracy_axes.axhline(test_accuracy, color="#d62728", linestyle="--", linewidth=1.2,
+                              label="final test accuracy {:.1f}%".format(100.0 * test_accuracy))
+    if accuracy:
+        accuracy_axes.legend(loc="lower right", fontsize=10)
+
+    # Epoch boundaries, where there are few enough to tell apart.
+    boundaries = [(points[i - 1][0] + points[i][0]) / 2.0 for i in range(1, len(points))
+                  if points[i][3] != points[i - 1][3]
+                  and points[i][0] is not None and points[i - 1][0] is not None]
+    if 0 < len(boundaries) <= 30:
+        for axes in (loss_axes, accuracy_axes):
+            for step in boundaries:
+                axes.axvline(step, color="0.75", linestyle=":", linewidth=0.9, zorder=0)
+        loss_axes.text(0.99, 0.98, "dotted: epoch boundaries", transform=loss_axes.transAxes,
+                       ha="right", va="top", fontsize=9, color="0.45")
+
+    temporary = path + ".tmp.png"
+    figure.savefig(temporary, dpi=PLOT_DPI, format="png")
+    os.replace(temporary, path)
+    return None
+
+
+# ---------------------------------------------------------------- the page
+
+CSS = """
+body { font: 15px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1d2329;
+       max-width: 1060px; margin: 24px auto; padding: 0 16px; }
+h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px;
+     border-bottom: 1px solid #d8dde3; padding-bottom: 3px; }
+.sub { color: #5b6670; margin: 0 0 16px; }
+table { border-collapse: collapse; margin: 6px 0; }
+th, td { text-align: left; padding: 4px 12px 4px 0; vertical-align: top; border-bottom: 1px solid #eef0f3; }
+th { color: #46505a; font-weight: 600; white-space: nowrap; }
+table.num td, table.num th { text-align: right; padding-left: 14px; }
+table.num td:first-child, table.num th:first-child { padding-left: 0; }
+code, pre { font: 13px/1.4 SFMono-Regular, Consolas, "Liberation Mono", monospace; }
+pre { background: #f5f7f9; border: 1px solid #e1e5e9; padding: 8px 10px; overflow-x: auto;
+      white-space: pre-wrap; word-break: break-all; }
+.status { display: inline-block; padding: 1px 9px; border-radius: 10px; font-weight: 600; font-size: 13px; }
+.ok { background: #dcf3e1; color: #16622c; } .bad { background: #fbe0e0; color: #9b1c1c; }
+.failed { border: 2px solid #c62828; background: #fdecec; padding: 10px 14px; border-radius: 6px;
+          margin: 14px 0; font-size: 16px; }
+.failed strong { color: #b71c1c; }
+.missing { border: 1px solid #e0b252; background: #fff7e0; padding: 8px 14px; border-radius: 6px; margin: 14px 0; }
+tr.hot td { background: #fdecec; }
+img.plot { max-width: 100%; height: auto; border: 1px solid #e1e5e9; }
+.muted { color: #6b7680; }
+"""
+
+
+def build_page(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
+               metrics_problem, plot_problem):
+    job = Job(run_dir, job_doc, summary)
+    summary = summary or {}
+    logs = list_files(run_dir, LOGS_DIR) if os.path.isdir(os.path.join(run_dir, LOGS_DIR)) else []
+    models = [(name, os.path.getsize(os.path.join(run_dir, name)))
+              for name in MODEL_FILES if os.path.isfile(os.path.join(run_dir, name))]
+    out = []
+    w = out.append
+
+    w("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
+    w("<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n".format(esc(job.title()), CSS))
+    w("<h1>{}</h1>\n".format(esc(job.title())))
+    sub = [esc(job.plot_title())]
+    if job.status:
+        sub.append("<span class=\"status {}\">{}</span>".format("bad" if job.failed else "ok", esc(job.status)))
+    sub.append("<span class=\"muted\">{}</span>".format(esc(os.path.abspath(run_dir))))
+    w("<p class=\"sub\">{}</p>\n".format(" &nbsp; ".join(sub)))
+
+    # A failed run says so first, naming the rank and host.
+    if job.failed:
+        what = []
+        if job.failed_rank is not None:
+            what.append("rank <strong>{}</strong>".format(esc(job.failed_rank)))
+        if job.failed_host is not None:
+            what.append("on host <strong>{}</strong>".format(esc(job.failed_host)))
+        if job.exit_status is not None:
+            what.append("(exit status {})".format(esc(job.exit_status)))
+        w("<div class=\"failed\"><strong>The job failed</strong>{}{}</div>\n".format(
+            ": " if what else ".", " ".join(what)))
+
+    # What is missing, so that a partial report explains itself.
+    missing = []
+    if summary_problem:
+        missing.append("{}: {} \u2013 no summary figures (the run did not finish, or was not fetched)".format(
+            SUMMARY_FILE, summary_problem))
+    if metrics_problem:
+        missing.append("{}: {} \u2013 no progress table or plot".format(METRICS_FILE, metrics_problem))
+    elif skipped:
+        missing.append("{}: {} unreadable line{} skipped".format(METRICS_FILE, skipped, "" if skipped == 1 else "s"))
+    if plot_problem and not metrics_problem:
+        missing.append("{}: not drawn ({})".format(PLOT_FILE, plot_problem))
+    if not models:
+        missing.append("model file: none of {}".format(", ".join(MODEL_FILES)))
+    if not logs:
+        missing.append("{}/: no log files".format(LOGS_DIR))
+    if job_problem and job_problem != "missing":
+        missing.append("{}: {}".format(JOB_FILE, job_problem))
+    if missing:
+        w("<div class=\"missing\"><strong>Missing from this run</strong><ul>\n")
+        for item in missing:
+            w("<li>{}</li>\n".format(esc(item)))
+        w("</ul></div>\n")
+
+    # Summary.
+    w("<h2>Summary</h2>\n")
+    if summary_problem:
+        w("<p class=\"muted\">{} is {}.</p>\n".format(esc(SUMMARY_FILE), esc(summary_problem)))
+    else:
+        throughput = fmt_int(summary.get("samples_per_sec"))
+        rows = [
+            ("backend", summary.get("backend")),
+            ("model", summary.get("model") if summary.get("hidden") is None
+             else "{} ({} hidden)".format(summary.get("model"), summary.get("hidden"))),
+            ("nodes and ranks", nodes_text(summary)),
+            ("versions", versions_text(summary.get("versions"))),
+            ("epochs", fmt_value(summary.get("epochs")) if summary.get("epochs") is not None else None),
+            ("samples", fmt_int(summary.get("samples"))),
+            ("wall time (training)", fmt_duration(summary.get("seconds"))),
+            ("throughput", None if throughput is None else "{} samples/s".format(throughput)),
+            ("Allreduce share", fmt_percent(summary.get("allreduce_share"))),
+            ("final loss", fmt_float(summary.get("final_loss"))),
+            ("final test accuracy", fmt_percent(summary.get("test_accuracy"), 2)),
+        ]
+        w("<table>\n")
+        for label, value in rows:
+            if value is None and label == "Allreduce share":
+                continue  # the cntk backend does not measure it
+            w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(label), esc(value if value is not None else "\u2013")))
+        w("</table>\n")
+        extra = [(k, v) for k, v in sorted(summary.items()) if k not in SUMMARY_KEYS_SHOWN and k != "hidden"]
+        if extra:
+            w("<details><summary>more from {}</summary><table>\n".format(esc(SUMMARY_FILE)))
+            for key, value in extra:
+                w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(key), esc(fmt_value(value))))
+            w("</table></details>\n")
+
+    # The job.
+    if job_doc is not None:
+        w("<h2>Job</h2>\n<table>\n")
+        rows = [("job", job.name), ("run", job.run_id)]
+        if job.status:
+            rows.append(("status", job.status))
+        if job.exit_status is not None:
+            rows.append(("exit status", job.exit_status))
+        if job.failed_rank is not None:
+            rows.append(("failed rank", job.failed_rank))
+        if job.failed_host is not None:
+            rows.append(("failed host", job.failed_host))
+        for key in ("started", "finished"):
+            if job_doc.get(key) is not None:
+                rows.append((key, fmt_time(job_doc[key])))
+        started, finished = parse_time(job_doc.get("started")), parse_time(job_doc.get("finished"))
+        if started and finished:
+            rows.append(("job wall time", fmt_duration((finished - started).total_seconds())))
+        if job_doc.get("fingerprint") is not None:
+            rows.append(("fingerprint", fmt_value(job_doc["fingerprint"])))
+        for label, value in rows:
+            w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(label), esc(value)))
+        hostfile = job_doc.get("hostfile")
+        if hostfile is not None:
+            if isinstance(hostfile, (list, tuple)):
+                hostfile = "\n".join(str(line) for line in hostfile)
+            hostfile = str(hostfile)
+            cell = ("<pre>{}</pre>" if "\n" in hostfile.strip() else "<code>{}</code>").format(esc(hostfile.strip()))
+            w("<tr><th>hostfile</th><td>{}</td></tr>\n".format(cell))
+        for key, value in sorted(job_doc.items()):
+            if key not in JOB_KEYS_SHOWN:
+                w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(key), esc(fmt_value(value))))
+        w("</table>\n")
+        if job.command:
+            w("<p><strong>Command line</strong></p>\n<pre>{}</pre>\n".format(esc(job.command)))
+
+    # The failed rank's own words.
+    if job.failed and job.failed_rank is not None and logs:
+        try:
+            failed_rank = int(job.failed_rank)
+        except (TypeError, ValueError):
+            failed_rank = None
+        theirs = [(p, s) for p, s in logs if failed_rank is not None and log_rank(p) == failed_rank]
+        if job.failed_host is not None and any(log_node(p) == str(job.failed_host) for p, _ in theirs):
+            theirs = [(p, s) for p, s in theirs if log_node(p) == str(job.failed_host)]
+        # stderr first: that is where a traceback goes.
+        theirs.sort(key=lambda item: (0 if "err" in item[0].rsplit("/", 1)[-1] else 1, item[0]))
+        for relative, size in theirs:
+            if size == 0:
+                continue
+            text = tail(os.path.join(run_dir, relative))
+            if text:
+                w("<h2>Rank {} log: <a href=\"{}\">{}</a> (last lines)</h2>\n<pre>{}</pre>\n".format(
+                    esc(failed_rank), href(relative), esc(relative), esc(text)))
+                break
+
+    # The plot and the progress table.
+    w("<h2>Training progress</h2>\n")
+    if os.path.isfile(os.path.join(run_dir, PLOT_FILE)) and not plot_problem and records:
+        w("<p><img class=\"plot\" src=\"{}\" width=\"{}\" height=\"{}\" alt=\"training loss and accuracy against step\"></p>\n"
+          .format(PLOT_FILE, PLOT_SIZE_PX[0], PLOT_SIZE_PX[1]))
+    if records:
+        shown = pick_rows(len(records))
+        if len(shown) == len(records):
+            note = "All {} records of {}.".format(len(records), METRICS_FILE)
+        else:
+            note = "{} of the {} records of {}: the first, every {}, the last.".format(
+                len(shown), len(records), METRICS_FILE, ordinal(shown[1] - shown[0]))
+        w("<p class=\"muted\">{}</p>\n".format(esc(note)))
+        has_share = any(number(r.get("allreduce_share")) is not None for r in records)
+        headers = ["step", "epoch", "samples", "loss", "error", "accuracy", "samples/s"]
+        if has_share:
+            headers.append("Allreduce")
+        w("<table class=\"num\">\n<tr>{}</tr>\n".format("".join("<th>{}</th>".format(esc(h)) for h in headers)))
+        for index in shown:
+            record = records[index]
+            metric = number(record.get("metric"))
+            cells = [fmt_int(record.get("step")), fmt_int(record.get("epoch")), fmt_int(record.get("samples")),
+                     fmt_float(record.get("loss")), fmt_float(metric),
+                     None if metric is None else fmt_percent(1.0 - metric), fmt_int(record.get("samples_per_sec"))]
+            if has_share:
+                cells.append(fmt_percent(record.get("allreduce_share")))
+            w("<tr>{}</tr>\n".format("".join("<td>{}</td>".format(esc(c if c is not None else "\u2013"))
+                                             for c in cells)))
+        w("</table>\n")
+    else:
+        w("<p class=\"muted\">No progress records ({} is {}).</p>\n".format(esc(METRICS_FILE), esc(metrics_problem)))
+
+    # Files: logs, model, anything else fetched.
+    w("<h2>Logs</h2>\n")
+    if logs:
+        failed_rank_text = None if job.failed_rank is None else str(job.failed_rank)
+        w("<table>\n<tr><th>file</th><th>node</th><th>rank</th><th>size</th></tr>\n")
+        for relative, size in logs:
+            rank = log_rank(relative)
+            hot = (failed_rank_text is not None and rank is not None and str(rank) == failed_rank_text
+                   and (job.failed_host is None or log_node(relative) in (None, str(job.failed_host))))
+            w("<tr{}><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>\n".format(
+                " class=\"hot\"" if hot else "", href(relative), esc(relative[len(LOGS_DIR) + 1:]),
+                esc(log_node(relative) or "\u2013"), esc("\u2013" if rank is None else rank), esc(fmt_size(size))))
+        w("</table>\n")
+    else:
+        w("<p class=\"muted\">No log files under {}/.</p>\n".format(esc(LOGS_DIR)))
+
+    w("<h2>Model</h2>\n")
+    if models:
+        for name, size in models:
+            w("<p><a href=\"{}\">{}</a> ({})</p>\n".format(href(name), esc(name), esc(fmt_size(size))))
+    else:
+        w("<p class=\"muted\">No model file ({}).</p>\n".format(esc(" or ".join(MODEL_FILES))))
+
+    known = {METRICS_FILE, SUMMARY_FILE, JOB_FILE, PLOT_FILE, REPORT_FILE} | set(MODEL_FILES)
+    others = [(p, s) for p, s in list_files(run_dir, None)
+              if p not in known and not p.startswith(LOGS_DIR + "/") and not p.endswith(".tmp")
+              and not p.endswith(".tmp.png")]
+    if others:
+        w("<h2>Other files</h2>\n<table>\n")
+        for relative, size in others:
+            w("<tr><td><a href=\"{}\">{}</a></td><td>{}</td></tr>\n".format(
+                href(relative), esc(relative), esc(fmt_size(size))))
+        w("</table>\n")
+    presents = [(name, os.path.isfile(os.path.join(run_dir, name))) for name in (METRICS_FILE, SUMMARY_FILE, JOB_FILE)]
+    links = " \u00b7 ".join("<a href=\"{0}\">{0}</a>".format(esc(name)) for name, present in presents if present)
+    if links:
+        w("<p class=\"muted\">Raw: {}</p>\n".format(links))
+    w("<p class=\"muted\">Written by scripts/job_report.py at {}.</p>\n".format(
+        esc(datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))))
+    w("</body>\n</html>\n")
+    return "".join(out)
+
+
+def write_text_atomic(path, text):
+    directory = os.path.dirname(path)
+    handle, temporary = tempfile.mkstemp(prefix=".report-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as target:
+            target.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def report(run_dir):
+    """Write plot.png (when there are metrics) and report.html; return report.html's path."""
+    run_dir = os.path.abspath(run_dir)
+    job_doc, job_problem = read_json(os.path.join(run_dir, JOB_FILE))
+    summary, summary_problem = read_json(os.path.join(run_dir, SUMMARY_FILE))
+    records, skipped, metrics_problem = read_metrics(os.path.join(run_dir, METRICS_FILE))
+    plot_path = os.path.join(run_dir, PLOT_FILE)
+    plot_problem = None
+    if records:
+        try:
+            plot_problem = write_plot(plot_path, records, Job(run_dir, job_doc, summary),
+                                      (summary or {}).get("test_accuracy"))
+        except Exception as error:  # a report without its plot beats no report
+            plot_problem = "plotting failed: {}: {}".format(type(error).__name__, error)
+    else:
+        plot_problem = "no metrics"
+    page = build_page(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
+                      metrics_problem, plot_problem)
+    report_path = os.path.join(run_dir, REPORT_FILE)
+    write_text_atomic(report_path, page)
+    return report_path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a fetched run: artifacts/<job>/<run-id>/")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.run_dir):
+        what = "is not a directory" if os.path.exists(args.run_dir) else "does not exist"
+        print("job_report.py: RUN_DIR {} {}".format(args.run_dir, what), file=sys.stderr)
+        return 2
+    path = report(args.run_dir)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
