@@ -32,7 +32,7 @@ def samples_of(text):
 
 def shard_texts(out):
     manifest = json.loads((out / "manifest.json").read_text())
-    return [(out / entry["shard"]).read_text() for entry in manifest["shards"]]
+    return [(out / entry["shard"]).read_bytes().decode() for entry in manifest["shards"]]  # no newline translation
 
 
 def assert_consistent(out):
@@ -172,6 +172,15 @@ def test_changed_source_or_damaged_shard_splits_again(tmp_path):
     assert report["changed"] is True and report["samples"] == 45
     assert "".join(shard_texts(out)) == "".join(ctf_lines(45))
     assert_consistent(out)
+
+    same_size = "".join(ctf_lines(45)).replace(" |labels", "\n|labels", 1)
+    assert len(same_size) == source.stat().st_size
+    write(source, same_size)  # same size, one line more: the lines must be counted again
+    report = sd.shard(source, 4, out)
+    assert report["changed"] is True and report["samples"] == 46
+    assert "".join(shard_texts(out)) == same_size
+    write(source, "".join(ctf_lines(45)))
+    assert sd.shard(source, 4, out)["samples"] == 45
 
     damaged = out / "shard-00001.ctf"
     damaged.write_bytes(damaged.read_bytes().replace(b"features", b"featureZ"))  # same size, other bytes
