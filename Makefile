@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: cluster test venv up down status site lint syntax unit molecule bench clean
+.PHONY: cluster test venv up down status site lint syntax unit molecule e2e bench clean
 
 cluster: up site
 
@@ -31,7 +31,7 @@ status: venv
 site: venv
 	ansible-playbook site.yml
 
-test: lint syntax unit molecule
+test: lint syntax unit molecule e2e
 
 lint: venv
 	yamllint --strict .
@@ -41,7 +41,10 @@ syntax: venv
 	ansible-playbook --syntax-check site.yml playbooks/*.yml
 
 unit: venv
-	pytest -q tests
+	pytest -q tests --ignore=tests/e2e
+
+e2e: venv
+	pytest -q tests/e2e
 
 molecule: venv
 	molecule test

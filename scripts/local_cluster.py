@@ -171,7 +171,7 @@ def known_hosts_lines(address, port, public_keys):
     return lines
 
 
-def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir):
+def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artifacts_dir=None):
     """inventory/local/hosts.yml for the running nodes (YAML, written by hand)."""
     out = [
         "---",
@@ -187,6 +187,10 @@ def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir):
         "      -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
         f"    cluster_ssh_port: {port}",
         f"    ssh_mesh_key_dir: {secrets_dir}",
+    ]
+    if artifacts_dir:
+        out.append(f"    train_job_artifacts_dir: {artifacts_dir}")
+    out += [
         "  children:",
         "    cluster:",
         "      children:",
@@ -405,7 +409,8 @@ class Cluster:
     def write_inventory(self, nodes, port, key, known_file):
         changed = write_if_changed(
             self.inventory_dir / "hosts.yml",
-            render_inventory(nodes, port, key, known_file, ROOT / ".secrets" / self.name),
+            render_inventory(nodes, port, key, known_file, ROOT / ".secrets" / self.name,
+                             None if self.name == "local" else self.state_dir / "artifacts"),
         )
         if self.name != "local":
             group_vars = (LOCAL_INVENTORY / "group_vars" / "all.yml").read_text()

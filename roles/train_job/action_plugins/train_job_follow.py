@@ -10,6 +10,7 @@ Never fails itself: the role fails after collecting every rank's log.
 import json
 import re
 import shlex
+import signal
 import time
 
 from ansible.plugins.action import ActionBase
@@ -58,6 +59,14 @@ def mpirun_failure(text, layout):
     return None, None, None
 
 
+class Interrupted(Exception):
+    """Ctrl-C reached this worker (as SIGINT, or as SIGTERM from Ansible's main process)."""
+
+
+def _interrupt(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name"))
@@ -81,6 +90,8 @@ class ActionModule(ActionBase):
                  f"tail -n 1 output/metrics.jsonl 2>/dev/null")
         started = time.monotonic()
         last_record, last_line, rc = None, None, None
+        # Ansible's main process ends its workers on Ctrl-C; stop the job first.
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             while rc is None:
                 exit_text, _, metrics = self._remote(probe).partition(SEPARATOR)
@@ -96,10 +107,15 @@ class ActionModule(ActionBase):
                     rc = int(exit_text.strip())
                 else:
                     time.sleep(poll)
-        except KeyboardInterrupt:
+        except (Interrupted, KeyboardInterrupt):
+            for sig in previous:
+                signal.signal(sig, signal.SIG_IGN)
             display.display(f"{name}: interrupted, stopping the job on every node")
             self._stop_job(run_dir)
-            raise
+            raise KeyboardInterrupt from None
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
         log = self._remote(f"cat {quoted}/mpirun.log {quoted}/stop_reason 2>/dev/null")
         result.update(rc=rc, seconds=round(time.monotonic() - started, 1), last_progress=last_record,

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Distribute a synthetic CTF dataset to 4 nodes three ways, side by side, in one run.
+
+    bench/data_bench.py [--gigabytes 1.0] [--nodes 4]
+
+  project  playbooks/data.yml: shard on the controller, each node gets only
+           its ranks' shards over rsync, verified by sha256
+  copy     ansible.builtin.copy of the whole dataset to every node
+  rsync    plain rsync of the same shards to the same nodes, in parallel
+
+For each: wall time and bytes moved (bytes over loopback, read from
+/proc/net/dev: every transfer here crosses lo), then the same again with
+nothing changed. Uses a cluster of its own (`bench`, 127.0.0.31..).
+Writes bench/results/data.json and bench/results/data.md.
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+NAME = "bench"
+STATE = ROOT / ".cluster" / NAME
+INVENTORY = STATE / "inventory"
+TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+DATASET = "synthetic"
+
+
+def loopback_bytes():
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        if line.strip().startswith("lo:"):
+            return int(line.split(":", 1)[1].split()[0])
+    raise SystemExit("no loopback counters in /proc/net/dev")
+
+
+def measured(cmd, **kwargs):
+    before, start = loopback_bytes(), time.monotonic()
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, **kwargs)
+    seconds, moved = time.monotonic() - start, loopback_bytes() - before
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))[:200]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return round(seconds, 1), moved
+
+
+def write_dataset(path, gigabytes):
+    """Dense CTF lines of 64 features and a one-hot label, about `gigabytes` GB."""
+    rng = random.Random(1)
+    lines = []
+    for _ in range(2000):
+        features = " ".join(f"{rng.random():.4f}" for _ in range(64))
+        label = ["0"] * 10
+        label[rng.randrange(10)] = "1"
+        lines.append(f"|features {features} |labels {' '.join(label)}\n")
+    block = "".join(lines).encode()
+    target = int(gigabytes * 1e9)
+    with open(path, "wb") as out:
+        written = 0
+        while written < target:
+            out.write(block)
+            written += len(block)
+    return written
+
+
+def copy_playbook(path, source, dest):
+    path.write_text(f"""---
+- name: Bench - copy the whole dataset to every node
+  hosts: training
+  become: true
+  gather_facts: false
+  tasks:
+    - name: Copy the dataset
+      ansible.builtin.copy:
+        src: {source}
+        dest: {dest}
+        mode: "0640"
+""")
+
+
+def plain_rsync(nodes, shard_dir, layout, dest):
+    """One rsync per node, all at once, of exactly that node's shards."""
+    key = STATE / "controller_ed25519"
+    known = STATE / "known_hosts"
+    ssh = f"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={known} -i {key}"
+    procs = []
+    for node, address in nodes:
+        files = [str(shard_dir / f"shard-{rank:05d}.ctf") for rank in layout[node]]
+        procs.append(subprocess.Popen(["rsync", "--times", "--rsh", ssh, *files, f"root@{address}:{dest}/"]))
+    if any(proc.wait() != 0 for proc in procs):
+        sys.exit("plain rsync failed")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gigabytes", type=float, default=1.0)
+    parser.add_argument("--nodes", type=int, default=4)
+    args = parser.parse_args()
+
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    work = ROOT / ".cache" / "bench-data"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    source, test = work / "train.ctf", work / "test.ctf"
+    size = write_dataset(source, args.gigabytes)
+    write_dataset(test, 0.001)
+
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.31", f"--nodes={args.nodes}"],
+                   check=True, capture_output=True)
+    nodes = [(f"node{i + 1}", f"127.0.0.{31 + i}") for i in range(args.nodes)]
+    site = [PLAYBOOK, "-i", str(INVENTORY)]
+    data_vars = ["-e", json.dumps({"dataset_name": DATASET, "dataset_generate": "",
+                                   "dataset_train_source": str(source), "dataset_test_source": str(test)})]
+    measured(site + ["playbooks/preflight.yml", "playbooks/provision.yml", "playbooks/ssh.yml"], env=env)
+
+    figures = {"dataset_bytes": size, "nodes": args.nodes, "slots_per_node": 2,
+               "machine": f"{platform.node()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M")}
+    project_first = measured(site + ["playbooks/data.yml"] + data_vars, env=env)
+    project_again = measured(site + ["playbooks/data.yml"] + data_vars, env=env)
+
+    shard_dir = ROOT / ".cache" / "shards" / "bench" / DATASET
+    layout = {node: [2 * i, 2 * i + 1] for i, (node, _) in enumerate(nodes)}
+    for node, _ in nodes:
+        subprocess.run(["docker", "exec", f"cntk-{NAME}-{node}", "mkdir", "-p", "/srv/bench-rsync"], check=True)
+    start_bytes, start = loopback_bytes(), time.monotonic()
+    plain_rsync(nodes, shard_dir, layout, "/srv/bench-rsync")
+    rsync_first = (round(time.monotonic() - start, 1), loopback_bytes() - start_bytes)
+    start_bytes, start = loopback_bytes(), time.monotonic()
+    plain_rsync(nodes, shard_dir, layout, "/srv/bench-rsync")
+    rsync_again = (round(time.monotonic() - start, 1), loopback_bytes() - start_bytes)
+
+    playbook = work / "copy.yml"
+    copy_playbook(playbook, source, "/srv/bench-copy.ctf")
+    copy_first = measured(site + [str(playbook)], env=env)
+    copy_again = measured(site + [str(playbook)], env=env)
+
+    for key, (first, again) in {"project": (project_first, project_again), "copy": (copy_first, copy_again),
+                                "rsync": (rsync_first, rsync_again)}.items():
+        figures[key] = {"first_s": first[0], "first_bytes": first[1], "rerun_s": again[0], "rerun_bytes": again[1]}
+    figures["project_vs_rsync_time"] = round(project_first[0] / rsync_first[0], 2)
+    figures["copy_vs_project_time"] = round(copy_first[0] / project_first[0], 2)
+    figures["project_rerun_vs_first_time"] = round(project_again[0] / project_first[0], 2)
+
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "data.json").write_text(json.dumps(figures, indent=2) + "\n")
+    mb = 1e6
+    rows = [(label, figures[key]) for label, key in (("this project (data.yml)", "project"),
+                                                     ("ansible.builtin.copy, whole set to every node", "copy"),
+                                                     ("plain rsync of the same shards", "rsync"))]
+    table = ["| method | first run | bytes moved | rerun, nothing changed | bytes moved |",
+             "| --- | --- | --- | --- | --- |"]
+    table += [f"| {label} | {f['first_s']} s | {f['first_bytes'] / mb:,.0f} MB | {f['rerun_s']} s | "
+              f"{f['rerun_bytes'] / mb:,.1f} MB |" for label, f in rows]
+    text = (f"# Dataset distribution, {size / 1e9:.2f} GB to {args.nodes} nodes (2 ranks each)\n\n"
+            f"{figures['machine']}, {figures['date']}. Bytes moved: loopback bytes during the step "
+            f"(SSH and Ansible's own traffic included).\n\n" + "\n".join(table) + "\n\n"
+            f"- this project / plain rsync, time: {figures['project_vs_rsync_time']}x (goal: at most 1.5x)\n"
+            f"- copy-to-every-node / this project, time: {figures['copy_vs_project_time']}x (goal: at least 3x)\n"
+            f"- this project's rerun / first run, time: {figures['project_rerun_vs_first_time']} (goal: under 0.10)\n")
+    (RESULTS / "data.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
