@@ -51,6 +51,8 @@ molecule: venv
 
 bench: venv
 	$(PY) bench/cluster_bench.py --nodes $(NODES)
+	$(PY) bench/data_bench.py --nodes $(NODES)
+	$(PY) bench/train_bench.py
 
 clean: down
 	rm -rf $(VENV)

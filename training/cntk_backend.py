@@ -15,8 +15,6 @@ text format (dense streams named ``features`` and ``labels``). Rank 0 alone
 writes output_dir/model.cntk, output_dir/metrics.jsonl and
 output_dir/summary.json.
 
-The module is self-contained on purpose: it imports nothing from the rest of
-the training package, so it can be shipped and checked on its own.
 """
 
 import json
@@ -26,6 +24,8 @@ import socket
 import sys
 import time
 import traceback
+
+import common
 
 CHECKPOINT_NAME = "trainer.ckpt"  # CNTK also writes trainer.ckpt.ckp next to it
 MODEL_NAME = "model.cntk"
@@ -69,14 +69,6 @@ def _append_jsonl(path, record):
     with open(path, "a") as handle:
         handle.write(json.dumps(record, sort_keys=True) + "\n")
         handle.flush()
-
-
-def _write_json(path, record):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(record, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.rename(tmp, path)
 
 
 def _streams(C, args):
@@ -316,7 +308,7 @@ def _train(C, args):
             "workers": workers,
         })
         # save_checkpoint ends with a barrier: rank 0 has written the file.
-        _write_json(marker, {"rank": rank, "host": host, "step": step, "checkpoint": checkpoint})
+        common.write_json_atomic(marker, {"rank": rank, "host": host, "step": step, "checkpoint": checkpoint})
 
     print("rank {}/{} on {}: shard {}, {} samples per step (global {}), {}, device {}".format(
         rank, workers, host, shard, local_minibatch, global_minibatch, mode, _device_name(C)))
@@ -392,7 +384,7 @@ def _train(C, args):
         "resumed": resumed,
         "seed": args.seed,
     }
-    _write_json(os.path.join(output_dir, SUMMARY_NAME), summary)
+    common.write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), summary)
     return summary
 
 
