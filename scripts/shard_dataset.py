@@ -56,8 +56,13 @@ source files have the sizes the manifest records only hashes the source
 (while a thread checks the shards): when the hash matches, the manifest's
 sample counts hold too, so the lines are not counted again.
 
-Python API: shard(source, ranks, out, name=None) returns the report dict and
-raises ShardError for bad input.
+Quick check: after each run DIR/.stat.json records the size and mtime of
+every source file and shard and the manifest's sha256. When all of them are
+unchanged, a rerun hashes nothing and returns at once (changed=false), as
+rsync's and make's quick checks do. --verify hashes everything regardless.
+
+Python API: shard(source, ranks, out, name=None, verify=False) returns the
+report dict and raises ShardError for bad input.
 """
 
 import argparse
@@ -74,6 +79,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 CHUNK = 8 << 20  # bytes per read
 MANIFEST = "manifest.json"
+STAT_CACHE = ".stat.json"
 SHARD_RE = re.compile(r"shard-\d{5,}\.ctf")
 # The hidden files of a run that was killed: .shard-00000.ctf.<hex>.tmp, .manifest.json.<hex>.old, ...
 TEMP_RE = re.compile(r"\.(?:shard-\d{5,}\.ctf|manifest\.json)\.[0-9a-f]{12}\.(?:tmp|old)")
@@ -453,6 +459,46 @@ def describes(old, manifest, expected):
         return False
 
 
+def stat_key(path):
+    status = os.stat(path)
+    return [status.st_size, status.st_mtime_ns]
+
+
+def stat_cache(out, paths, manifest_bytes, manifest):
+    """What the quick check compares: every file's size and mtime, and the manifest's hash."""
+    return {"manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+            "source": [[p] + stat_key(p) for p in paths],
+            "shards": [[e["shard"]] + stat_key(os.path.join(out, e["shard"])) for e in manifest["shards"]]}
+
+
+def quick_unchanged(out, paths, ranks, name, source):
+    """The old manifest when nothing changed by size and mtime since the last run, else None."""
+    try:
+        with open(os.path.join(out, MANIFEST), "rb") as handle:
+            manifest_bytes = handle.read()
+        with open(os.path.join(out, STAT_CACHE)) as handle:
+            cached = json.load(handle)
+        manifest = json.loads(manifest_bytes)
+        if (manifest["ranks"] != ranks or manifest["name"] != name or manifest["source"] != source
+                or cached != stat_cache(out, paths, manifest_bytes, manifest)):
+            return None
+        listed = {e["shard"] for e in manifest["shards"]}
+        if any((SHARD_RE.fullmatch(n) and n not in listed) or TEMP_RE.fullmatch(n) for n in os.listdir(out)):
+            return None  # a stale shard or a killed run's leftovers to remove: take the full path
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_stat_cache(out, paths):
+    with open(os.path.join(out, MANIFEST), "rb") as handle:
+        manifest_bytes = handle.read()
+    temporary = os.path.join(out, STAT_CACHE + ".tmp")
+    with open(temporary, "w") as handle:
+        json.dump(stat_cache(out, paths, manifest_bytes, json.loads(manifest_bytes)), handle)
+    os.replace(temporary, os.path.join(out, STAT_CACHE))
+
+
 def lock(out):
     """Hold an exclusive flock on the directory itself (no lock file in DIR): one run at a time."""
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
@@ -462,7 +508,7 @@ def lock(out):
 
 # --- the whole job ---------------------------------------------------------
 
-def shard(source, ranks, out, name=None):
+def shard(source, ranks, out, name=None, verify=False):
     """Shard source into ranks shards in out; return the report (see the module doc)."""
     started = time.monotonic()
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
@@ -481,6 +527,17 @@ def shard(source, ranks, out, name=None):
     if name is None:
         base = os.path.basename(source)
         name = base[:-4] if base.endswith(".ctf") and os.path.isfile(source) else base
+
+    if not verify and os.path.isdir(out):
+        held = lock(out)
+        try:
+            old = quick_unchanged(out, paths, ranks, name, source)
+        finally:
+            os.close(held)
+        if old is not None:
+            return {"changed": False, "manifest": os.path.join(out, MANIFEST), "samples": old["samples"],
+                    "ranks": ranks, "bytes": sum(e["bytes"] for e in old["shards"]),
+                    "seconds": round(time.monotonic() - started, 3), "removed": []}
 
     def worth_verifying(manifest):  # cheap look before hashing the old shards
         try:
@@ -561,6 +618,7 @@ def shard(source, ranks, out, name=None):
         if removed:
             fsync_dir(out)
             changed = True
+        write_stat_cache(out, paths)
     finally:
         stop.set()  # an error before the old shards' check ended: don't wait for it to finish
         verifier.close()
@@ -579,9 +637,11 @@ def main(argv=None):
     parser.add_argument("--ranks", required=True, type=int, help="the number of MPI ranks: one shard each")
     parser.add_argument("--out", required=True, help="the directory for shard-NNNNN.ctf and manifest.json")
     parser.add_argument("--name", help="the dataset's name in the manifest (default: the source's name)")
+    parser.add_argument("--verify", action="store_true",
+                        help="hash the source and the shards even when sizes and mtimes are unchanged")
     args = parser.parse_args(argv)
     try:
-        report = shard(args.source, args.ranks, args.out, args.name)
+        report = shard(args.source, args.ranks, args.out, args.name, args.verify)
     except ShardError as error:
         print("shard_dataset.py: error: %s" % error, file=sys.stderr)
         return 2

@@ -49,8 +49,13 @@ def assert_consistent(out):
     return manifest
 
 
+def listing(out):
+    """The directory's files but the quick check's stat cache."""
+    return sorted(p for p in out.iterdir() if p.name != sd.STAT_CACHE)
+
+
 def snapshot(out):
-    return {p.name: (p.stat().st_mtime_ns, p.stat().st_ino, p.read_bytes()) for p in sorted(out.iterdir())}
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_ino, p.read_bytes()) for p in listing(out)}
 
 
 def run_cli(*args):
@@ -68,7 +73,7 @@ def test_shards_are_balanced_and_concatenate_to_the_source(tmp_path, samples, ra
     assert sizes == [(r + 1) * samples // ranks - r * samples // ranks for r in range(ranks)]
     assert "".join(texts) == "".join(lines)
     assert report["changed"] is True and report["samples"] == samples and report["ranks"] == ranks
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == \
+    assert [p.name for p in listing(tmp_path / "out")] == \
         ["manifest.json"] + ["shard-%05d.ctf" % r for r in range(ranks)]
 
 
@@ -195,7 +200,7 @@ def test_fewer_ranks_removes_stale_shards(tmp_path):
     report = sd.shard(source, 4, out)
     assert report["changed"] is True
     assert report["removed"] == ["shard-%05d.ctf" % r for r in range(4, 8)]
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"] + ["shard-%05d.ctf" % r for r in range(4)]
+    assert [p.name for p in listing(out)] == ["manifest.json"] + ["shard-%05d.ctf" % r for r in range(4)]
     assert "".join(shard_texts(out)) == "".join(ctf_lines(64))
     assert_consistent(out)
 
@@ -299,7 +304,7 @@ def test_failure_while_undoing_leaves_no_manifest_and_the_next_run_recovers(tmp_
     assert sd.shard(source, 4, out)["changed"] is True
     assert_consistent(out)
     assert "".join(shard_texts(out)) == "".join(ctf_lines(44))
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"] + ["shard-%05d.ctf" % r for r in range(4)]
+    assert [p.name for p in listing(out)] == ["manifest.json"] + ["shard-%05d.ctf" % r for r in range(4)]
 
 
 def test_source_changing_between_the_passes_commits_nothing(tmp_path, monkeypatch):
@@ -331,7 +336,7 @@ def test_leftovers_of_a_killed_run_are_cleaned_up(tmp_path):
     write(out / "notes.txt", "not ours\n")
     report = sd.shard(source, 3, out)
     assert report["changed"] is True and report["removed"] == ["shard-00007.ctf"]
-    assert sorted(p.name for p in out.iterdir()) == \
+    assert [p.name for p in listing(out)] == \
         ["manifest.json", "notes.txt", "shard-00000.ctf", "shard-00001.ctf", "shard-00002.ctf"]
     assert sd.shard(source, 3, out)["changed"] is False
 
@@ -345,4 +350,45 @@ def test_concurrent_runs_on_one_directory_take_turns(tmp_path):
     reports = [json.loads(proc.communicate(timeout=60)[0]) for proc in procs]
     assert sorted(report["changed"] for report in reports) == [False, False, True]
     assert "".join(shard_texts(out)) == "".join(ctf_lines(300))
+    assert_consistent(out)
+
+
+def test_unchanged_rerun_hashes_nothing(tmp_path, monkeypatch):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(40)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out)
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("the quick check should have answered")
+
+    for name in ("scan", "source_sha256_only", "file_sha256", "shard_files_match"):
+        monkeypatch.setattr(sd, name, no_hashing)
+    assert sd.shard(source, 4, out)["changed"] is False
+
+
+def test_a_touched_source_is_hashed_again(tmp_path, monkeypatch):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(40)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out)
+    hashed = []
+    real = sd.source_sha256_only
+    monkeypatch.setattr(sd, "source_sha256_only", lambda paths: hashed.append(paths) or real(paths))
+    stat = os.stat(source)
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert sd.shard(source, 4, out)["changed"] is False
+    assert hashed
+
+
+def test_verify_finds_damage_that_kept_size_and_mtime(tmp_path):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(40)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out)
+    shard = out / "shard-00002.ctf"
+    stat = os.stat(shard)
+    data = bytearray(shard.read_bytes())
+    data[1] = ord("F") if data[1] != ord("F") else ord("f")
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert sd.shard(source, 4, out)["changed"] is False  # the quick check cannot see it
+    assert sd.shard(source, 4, out, verify=True)["changed"] is True
     assert_consistent(out)
