@@ -16,6 +16,10 @@ recipe changes.
 pinned to the nodes' real host keys (read through `docker exec`, a channel
 that needs no trust on first use).
 
+Every node mounts .cluster/NAME/shared at /shared, read-write, as a cluster's
+shared filesystem (NFS, Lustre) would be: the data step can use it instead of
+sending shards (dataset_shared_dir).
+
 `--name NAME --first-address A` runs a second, separate cluster (the tests use
 one, so that they never touch yours); its inventory is .cluster/NAME/inventory,
 with inventory/local/group_vars copied in and cluster_name set to NAME.
@@ -376,6 +380,7 @@ class Cluster:
         self.first_address = first_address
         self.state_dir = ENGINE_DIR / name
         self.label = f"{LABEL}={name}"
+        self.shared_dir = self.state_dir / "shared"
         self.prefix = f"cntk-{name}-"
         if name == "local":
             self.inventory_dir = LOCAL_INVENTORY
@@ -395,6 +400,7 @@ class Cluster:
                 "image": info["Config"]["Image"],
                 "address": labels.get(f"{LABEL}.address", ""),
                 "port": labels.get(f"{LABEL}.ssh-port", ""),
+                "shared": labels.get(f"{LABEL}.shared", ""),
             }
         return found
 
@@ -430,7 +436,7 @@ class Cluster:
         for name, info in existing.items():
             node = wanted.get(name)
             if (node is None or info["image"] != ref or info["address"] != node["address"]
-                    or info["port"] != str(port)):
+                    or info["port"] != str(port) or info["shared"] != str(self.shared_dir)):
                 run(["docker", "rm", "-f", "-v", name])
                 changes.append(f"removed {name}")
         existing = self.containers()
@@ -445,6 +451,7 @@ class Cluster:
                     f"stop what listens there (ss -ltnp), or choose another --ssh-port or --first-address"
                 )
 
+        self.shared_dir.mkdir(parents=True, exist_ok=True)
         for name, node in wanted.items():
             if name not in existing:
                 run([
@@ -453,6 +460,8 @@ class Cluster:
                     "--label", self.label,
                     "--label", f"{LABEL}.address={node['address']}",
                     "--label", f"{LABEL}.ssh-port={port}",
+                    "--label", f"{LABEL}.shared={self.shared_dir}",
+                    "--volume", f"{self.shared_dir}:/shared",
                     "-e", f"NODE_ADDRESS={node['address']}", "-e", f"NODE_SSH_PORT={port}",
                     ref,
                 ])

@@ -211,3 +211,24 @@ def test_ctrl_c_leaves_no_training_process(cluster):
     os.killpg(proc.pid, signal.SIGINT)
     proc.communicate(timeout=120)
     assert wait_for_processes_gone(20), training_processes()
+
+
+def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
+    # Every node mounts .cluster/e2e/shared at /shared, as it would an NFS export.
+    source = ROOT / ".cluster" / NAME / "shared" / "src"
+    source.mkdir(parents=True, exist_ok=True)
+    for name in ("train.ctf", "test.ctf"):
+        (source / name).write_bytes((ROOT / ".cache" / "datasets" / "digits" / name).read_bytes())
+    shared = json.dumps({"dataset_shared_dir": "/shared/shards", "dataset_shared_source": "/shared/src/train.ctf",
+                         "dataset_shared_test": "/shared/src/test.ctf", "train_job_name": "e2e-shared"})
+    before = {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
+    result = ansible_playbook("data.yml", "-e", shared)
+    assert "Send the missing or damaged shards" not in result.stdout
+    assert recap(result.stdout)["node1"]["changed"] > 0
+    ansible_playbook("train.yml", "-e", shared)
+    run = ARTIFACTS / "e2e-shared" / "latest"
+    assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90
+    assert "--data-dir /shared/shards" in json.loads((run / "job.json").read_text())["command"]
+    assert before == {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
+    again = ansible_playbook("data.yml", "-e", shared)
+    assert all(counts["changed"] == 0 for counts in recap(again.stdout).values())
