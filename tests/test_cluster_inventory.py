@@ -118,3 +118,8 @@ def test_checks_change_nothing():
     before = copy.deepcopy((hostvars, groups))
     problems(hostvars, groups)
     assert (hostvars, groups) == before
+
+
+def test_unknown_backend_is_named():
+    [problem] = problems(*inventory(gpu01={"cluster_backend": "torch"}))
+    assert "cluster_backend='torch'" in problem

@@ -69,3 +69,17 @@ def test_unreachable_node_is_named_and_the_run_stops(tmp_path):
     assert "Nothing was changed on any node" in result.stdout
     # Nothing after the reachability check ran.
     assert "Check the operating system" not in result.stdout
+
+
+def test_a_cuda_override_the_matrix_rejects_stops_before_any_node_is_contacted(tmp_path):
+    GROUP_VARS.update(cluster_backend="cntk", cluster_cntk_version="2.7", cluster_device="gpu",
+                      cluster_stack_overrides={"cuda_version": "11.0"})
+    try:
+        result = run_preflight(tmp_path, {"node1": {"ansible_host": "127.0.0.91", "cluster_address": "127.0.0.91"}},
+                               closed_port())
+    finally:
+        for key in ("cluster_backend", "cluster_cntk_version", "cluster_device", "cluster_stack_overrides"):
+            GROUP_VARS.pop(key)
+    assert result.returncode != 0
+    assert "cuda_version=11.0 does not match CNTK 2.7, which needs CUDA 10.0" in result.stdout
+    assert "unreachable" not in result.stdout.lower().split("play recap")[0]

@@ -518,3 +518,8 @@ def test_the_readme_names_every_checksum_source_url(matrix):
     for needle in ("spack/spack-packages", "pyenv/pyenv", "chef/omnibus-software",
                    "Tools/devInstall/Windows/helper/Operations.ps1", "PyPI"):
         assert needle in text, needle
+
+
+def test_stack_problem_is_empty_or_the_rejection(matrix):
+    assert vm.cntk_stack_problem(matrix, {"cntk_version": "2.7", "device": "gpu"}) == ""
+    assert "needs CUDA 10.0" in vm.cntk_stack_problem(matrix, {"cntk_version": "2.7", "cuda_version": "11.0"})

@@ -11,6 +11,7 @@ Filters (the matrix is the data loaded from matrix/cntk.yml, e.g. with
 `include_vars: {file: matrix/cntk.yml, name: cntk_matrix}`):
 
     cntk_matrix | cntk_stack(request)        -> the resolved stack (a dict)
+    cntk_matrix | cntk_stack_problem(request) -> '' or why the request is rejected
     cntk_matrix | cntk_artifacts(stacks)     -> every file to download, once
     installed | driver_satisfies(minimum)    -> bool
     cntk_matrix | cntk_matrix_rows           -> the matrix as table rows
@@ -264,6 +265,15 @@ def cntk_stack(matrix, request=None):
         "forced": force,
         "warnings": warnings,
     }
+
+
+def cntk_stack_problem(matrix, request=None):
+    """'' when the request resolves, else the rejection's message (for a preflight's fail_msg)."""
+    try:
+        cntk_stack(matrix, request)
+    except AnsibleFilterError as error:
+        return str(error.message if hasattr(error, "message") else error)
+    return ""
 
 
 def _installable(releases):
@@ -565,6 +575,7 @@ class FilterModule:
     def filters(self):
         return {
             "cntk_stack": cntk_stack,
+            "cntk_stack_problem": cntk_stack_problem,
             "cntk_artifacts": cntk_artifacts,
             "driver_satisfies": driver_satisfies,
             "cntk_matrix_rows": cntk_matrix_rows,

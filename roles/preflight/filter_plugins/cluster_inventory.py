@@ -42,6 +42,9 @@ def _cluster_wide(first_vars):
             f"cluster_training_uid={uid!r}: choose a regular user's uid between 1000 and 59999 "
             "that no node uses for another user"
         )
+    backend = first_vars.get("cluster_backend", "numpy")
+    if backend not in ("numpy", "cntk"):
+        problems.append(f"cluster_backend={backend!r}: choose numpy (the reference backend) or cntk")
     interface = first_vars.get("cluster_mpi_interface")
     if not interface or not isinstance(interface, str):
         problems.append(
