@@ -263,6 +263,17 @@ def engine_running():
     return shutil.which("docker") is not None and run(["docker", "info"], check=False).returncode == 0
 
 
+# What the controller itself runs against the nodes: Ansible's ssh and
+# ssh-keygen, and rsync for the data step.
+CONTROLLER_TOOLS = {"ssh": "openssh-client", "ssh-keygen": "openssh-client", "rsync": "rsync"}
+
+
+def ensure_controller_tools():
+    missing = sorted({package for tool, package in CONTROLLER_TOOLS.items() if shutil.which(tool) is None})
+    if missing:
+        apt_install(*missing)
+
+
 def ensure_engine():
     """Start Debian's Docker engine on loopback terms when it is not running."""
     if engine_running():
@@ -426,6 +437,7 @@ class Cluster:
 
     def up(self, count, port):
         nodes = nodes_for(count, self.first_address)
+        ensure_controller_tools()
         ensure_engine()
         ref = ensure_image()
         key = self.controller_key()

@@ -126,3 +126,17 @@ def test_cluster_names_are_checked():
         lc.Cluster("Bad Name")
     assert lc.Cluster("local").inventory_dir == lc.LOCAL_INVENTORY
     assert lc.Cluster("molecule").inventory_dir == lc.ENGINE_DIR / "molecule" / "inventory"
+
+
+def test_missing_controller_tools_are_installed_from_their_packages(monkeypatch):
+    installed = []
+    monkeypatch.setattr(lc.shutil, "which", lambda tool: None if tool in ("rsync", "ssh-keygen") else "/usr/bin/" + tool)
+    monkeypatch.setattr(lc, "apt_install", lambda *packages: installed.extend(packages))
+    lc.ensure_controller_tools()
+    assert installed == ["openssh-client", "rsync"]
+
+
+def test_present_controller_tools_install_nothing(monkeypatch):
+    monkeypatch.setattr(lc.shutil, "which", lambda tool: "/usr/bin/" + tool)
+    monkeypatch.setattr(lc, "apt_install", lambda *packages: pytest.fail(f"installed {packages}"))
+    lc.ensure_controller_tools()
