@@ -1,0 +1,39 @@
+"""Filters for the nvidia_apt role: pinned apt names, and .deb artifacts for offline installs."""
+
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleFilterError
+
+
+def _packages(packages):
+    if not isinstance(packages, Mapping):
+        raise AnsibleFilterError(f"NVIDIA packages must map a name to its exact version, got {packages!r}")
+    return [(str(name), str(version)) for name, version in packages.items()]
+
+
+def nvidia_apt_pinned_names(packages):
+    """{'libcudnn7': '7.3.1.20-1+cuda10.0'} -> ['libcudnn7=7.3.1.20-1+cuda10.0'] (apt's name=version)."""
+    return [f"{name}={version}" for name, version in _packages(packages)]
+
+
+def nvidia_apt_debs(packages, repo_url, arch="amd64"):
+    """The .deb files of those packages as artifact items, in the order given.
+
+    File names follow Debian's pool naming (name_version_arch.deb; an epoch is
+    left out of the file name). NVIDIA publishes no checksums outside its signed
+    index, so sha256 is None: artifact_cache refuses them until the user pins
+    each file's sha256 in cluster_artifact_sha256."""
+    base = str(repo_url or "").rstrip("/")
+    items = []
+    for name, version in _packages(packages):
+        file_version = version.split(":", 1)[-1]
+        file = f"{name}_{file_version}_{arch}.deb"
+        items.append({"name": name, "version": version, "file": file, "dest": file,
+                      "url": f"{base}/{file}" if base else f"file:///{file}", "sha256": None,
+                      "sha256_source": "cluster_artifact_sha256 (NVIDIA publishes none outside its apt index)"})
+    return items
+
+
+class FilterModule:
+    def filters(self):
+        return {"nvidia_apt_pinned_names": nvidia_apt_pinned_names, "nvidia_apt_debs": nvidia_apt_debs}

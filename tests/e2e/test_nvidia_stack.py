@@ -1,0 +1,159 @@
+"""The NVIDIA roles (driver, CUDA, cuDNN, NCCL) on a 2-node cluster of their own
+(`nvstack`, 127.0.0.61..62), against a TEST DOUBLE of NVIDIA's repository.
+
+NVIDIA's repository and GPUs cannot be reached here. tests/doubles/nvidia_packages.py
+builds a signed repository of stand-in packages with the real names and
+versions (and newer decoys), served over HTTP on 127.0.0.1 for this test. The
+roles' real code paths run: key fingerprint check, repository, exact versions,
+apt pins, dpkg holds, the no-GPU rules, idempotence, and the offline path from
+the controller's artifact folder with the repository switched off. Nothing
+pretends a GPU is there: node1 installs with nvidia_driver_without_gpu, node2
+is a CPU node.
+"""
+
+import functools
+import hashlib
+import http.server
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "doubles"))
+import nvidia_packages  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "nvstack"
+INVENTORY = ROOT / ".cluster" / NAME / "inventory"
+TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+PINNED = {"cuda-drivers": "410.48-1", "cuda-cudart-10-0": "10.0.130-1", "cuda-libraries-10-0": "10.0.130-1",
+          "libcudnn7": "7.3.1.20-1+cuda10.0", "libnccl2": "2.3.5-2+cuda10.0"}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
+
+
+def on_node(node, command):
+    result = subprocess.run(["docker", "exec", f"cntk-{NAME}-{node}", "sh", "-c", command],
+                            capture_output=True, text=True, timeout=120)
+    return result.returncode, result.stdout + result.stderr
+
+
+def installed(node):
+    _, out = on_node(node, "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' "
+                     + " ".join(PINNED) + " 2>/dev/null")
+    # Status "ii" (installed) or "hi" (installed and held).
+    return {fields[0]: fields[1] for fields in map(str.split, out.splitlines())
+            if len(fields) == 3 and fields[2] in ("ii", "hi")}
+
+
+def recap(output):
+    hosts = {}
+    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output.split("PLAY RECAP")[-1], re.M):
+        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
+    return hosts
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("nvidia")
+    repo, debs = nvidia_packages.build(tmp / "doubles")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    show = subprocess.run(["gpg", "--batch", "--show-keys", "--with-colons", str(repo / "test-double.asc")],
+                          capture_output=True, text=True, check=True).stdout
+    fingerprint = re.search(r"^fpr:+([0-9A-F]+):", show, re.M).group(1)
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.61", "--nodes=2"],
+                   check=True, capture_output=True, text=True)
+    variables = {
+        "cluster_backend": "cntk",
+        "cluster_nvidia_repo_url": url,
+        "cluster_nvidia_repo_key_url": url + "test-double.asc",
+        "cluster_nvidia_repo_key_fingerprint": fingerprint,
+        "cluster_artifact_cache_dir": str(tmp / "artifacts"),
+        # TEST DOUBLE's own packages: no DKMS or kernel headers to build a module with.
+        "nvidia_driver_build_packages": [],
+    }
+    (tmp / "vars.json").write_text(json.dumps(variables))
+    (INVENTORY / "host_vars").mkdir(exist_ok=True)
+    (INVENTORY / "host_vars" / "node2.yml").write_text("cluster_device: cpu\n")
+    yield {"tmp": tmp, "vars": tmp / "vars.json", "server": server, "debs": debs, "repo": repo}
+    server.shutdown()
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+
+
+def provision(world, *extra):
+    return subprocess.run(
+        [PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "playbooks" / "provision.yml"), "--tags", "nvidia",
+         "-e", f"@{world['vars']}", *extra],
+        capture_output=True, text=True, cwd=ROOT, timeout=900,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
+
+
+def test_a_gpu_node_without_a_gpu_is_refused_before_any_change(world):
+    result = provision(world)
+    assert result.returncode != 0
+    assert "node1 has no NVIDIA GPU (no PCI device of vendor 0x10de)" in result.stdout, result.stdout[-5000:]
+    assert "set cluster_device: cpu for node1" in result.stdout
+    code, _ = on_node("node1", "test -e /etc/apt/sources.list.d/cntk-nvidia.sources")
+    assert code != 0, "the repository was added before the refusal"
+    assert installed("node1") == {}
+
+
+def test_pinned_versions_are_installed_and_held_not_the_newer_ones(world):
+    result = provision(world, "-e", "nvidia_driver_without_gpu=true")
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert installed("node1") == PINNED
+    _, holds = on_node("node1", "apt-mark showhold")
+    assert set(holds.split()) == set(PINNED)
+    # Newer versions sit in the repository; neither an upgrade nor a plain install moves to them.
+    _, upgrade = on_node("node1", "apt-get -s -o Debug::NoLocking=1 upgrade")
+    assert not re.search(r"^Inst (libcudnn7|libnccl2|cuda-drivers) ", upgrade, re.M), upgrade
+    _, policy = on_node("node1", "apt-cache policy libcudnn7")
+    assert "Candidate: 7.3.1.20-1+cuda10.0" in policy
+    code, link = on_node("node1", "readlink /usr/local/cuda")
+    assert link.strip() == "/usr/local/cuda-10.0"
+    assert "installing the driver packages only" in result.stdout
+    # The CPU node gets no NVIDIA package and says why.
+    assert installed("node2") == {}
+    assert "node2 is a CPU node (cluster_device: cpu): no NVIDIA driver installed." in result.stdout
+
+
+def test_second_run_changes_nothing(world):
+    result = provision(world, "-e", "nvidia_driver_without_gpu=true")
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), result.stdout[-4000:]
+
+
+def test_offline_installs_from_the_controllers_folder_with_the_repository_gone(world):
+    # A node as new: nothing NVIDIA on it; then the repository goes away.
+    on_node("node1", "apt-mark unhold " + " ".join(PINNED) + " && apt-get purge -y -q " + " ".join(PINNED)
+            + " && rm -f /etc/apt/sources.list.d/cntk-nvidia.sources && apt-get update -q")
+    assert installed("node1") == {}
+    world["server"].shutdown()
+    offline = ["-e", "nvidia_driver_without_gpu=true", "-e", "cluster_offline=true"]
+    refused = provision(world, *offline)
+    assert refused.returncode != 0
+    assert "have no published sha256" in refused.stdout  # NVIDIA publishes none: the user must pin them
+    folder = world["tmp"] / "artifacts"
+    folder.mkdir(exist_ok=True)
+    sums = {}
+    for deb in world["debs"].iterdir():
+        (folder / deb.name).write_bytes(deb.read_bytes())
+        sums[deb.name] = hashlib.sha256(deb.read_bytes()).hexdigest()
+    (world["tmp"] / "sums.json").write_text(json.dumps({"cluster_artifact_sha256": sums}))
+    result = provision(world, *offline, "-e", f"@{world['tmp'] / 'sums.json'}")
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert installed("node1") == PINNED
+    _, holds = on_node("node1", "apt-mark showhold")
+    assert set(holds.split()) == set(PINNED)
+    again = provision(world, *offline, "-e", f"@{world['tmp'] / 'sums.json'}")
+    assert all(counts["changed"] == 0 for counts in recap(again.stdout).values()), again.stdout[-4000:]
