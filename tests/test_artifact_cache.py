@@ -132,3 +132,15 @@ def test_a_file_without_sha256_is_refused_until_the_user_pins_one(world):
     pinned = run(tmp_path, items, {"artifact_cache_sha256": {"a.tar.gz": sha["a.tar.gz"]}})
     assert pinned.returncode == 0, pinned.stdout
     assert (tmp_path / "node1" / "a.tar.gz").exists()
+
+
+def test_a_file_with_no_public_url_must_be_put_there_by_hand(world):
+    tmp_path, source, sha = world
+    items = [dict(item(source, "b.whl", sha["b.whl"]), url=None)]
+    refused = run(tmp_path, items)
+    assert refused.returncode != 0
+    assert "b.whl cannot be downloaded (no public URL" in refused.stdout
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    (tmp_path / "cache" / "b.whl").write_bytes((source / "b.whl").read_bytes())
+    placed = run(tmp_path, items)
+    assert placed.returncode == 0, placed.stdout

@@ -32,6 +32,10 @@ def test_item_without_url_is_an_error():
         artifact_cache_with_sha256([{"dest": "x.deb"}])
 
 
+def test_item_with_no_public_url_is_accepted():
+    assert artifact_cache_with_sha256([{"dest": "x.zip", "url": None, "sha256": SHA}])[0]["url"] is None
+
+
 def test_unmatched_lists_missing_and_different_files():
     results = [
         {"item": {"dest": "ok", "sha256": SHA}, "stat": {"exists": True, "checksum": SHA}},

@@ -71,10 +71,12 @@ def test_every_artifact_has_version_sha256_and_source(matrix):
         for key in ("file", "version", "url", "sha256", "sha256_source"):
             assert key in artifact, f"{where} lacks {key}"
         assert isinstance(artifact["version"], str) and artifact["version"], where
-        assert artifact["url"].startswith("https://"), where
+        # Only a download behind NVIDIA's login has no URL; the user puts it in the artifact folder.
+        assert (artifact["url"] or "").startswith("https://") or "login" in artifact["sha256_source"], where
         assert artifact["sha256"] is None or HEX64.match(artifact["sha256"]), f"{where}: {artifact['sha256']!r}"
         assert isinstance(artifact["sha256_source"], str) and len(artifact["sha256_source"]) > 20, where
-        assert artifact["url"].rstrip("/").endswith(artifact["file"].split("/")[-1]) or "cuda" in where, where
+        assert artifact["url"] is None or artifact["url"].rstrip("/").endswith(artifact["file"].split("/")[-1]) \
+            or "cuda" in where, where
 
 
 def test_every_version_is_a_string(matrix):
@@ -109,7 +111,7 @@ def test_the_known_cntk_wheel_hashes_are_the_pinned_ones(matrix):
 
 def test_only_documented_gaps_are_null(matrix):
     nulls = {"/".join(path) for path, artifact in _artifacts(matrix) if artifact["sha256"] is None}
-    allowed = re.compile(r"^(cntk/2\.4/wheels/|cudnn/[^/]+/deb$|nccl/[^/]+/deb$)")
+    allowed = re.compile(r"^(cntk/2\.4/wheels/|cudnn/[^/]+/deb$|nccl/[^/]+/deb$|windows/nvidia/)")
     assert nulls and all(allowed.match(path) for path in nulls), sorted(nulls)
 
 

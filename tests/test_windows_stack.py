@@ -15,7 +15,7 @@ from version_matrix import cntk_stack  # noqa: E402
 from windows_stack import win_stack_artifacts, win_stack_select  # noqa: E402
 
 MATRIX = yaml.safe_load((ROOT / "matrix" / "cntk.yml").read_text())
-PINS = yaml.safe_load((ROOT / "roles" / "win_stack" / "vars" / "main.yml").read_text())["win_stack_builtin_pins"]
+PINS = MATRIX["windows"]
 
 
 def files(node):
@@ -43,12 +43,6 @@ def test_wheels_are_the_win_amd64_cp36_release_of_the_matrix():
         assert wheel["name"] == release["wheels"][device]["package"]
         assert wheel["file"].endswith("-cp36-cp36m-win_amd64.whl")
         assert wheel["url"].endswith("/" + wheel["file"])
-
-
-def test_matrix_windows_section_when_present_equals_these_pins():
-    if "windows" not in MATRIX:
-        pytest.skip("matrix/cntk.yml has no windows section yet: roles/win_stack/vars/main.yml is used")
-    assert MATRIX["windows"] == PINS
 
 
 def test_gpu_cntk_node_gets_msmpi_python_and_wheels_and_driver_check_only():

@@ -4,8 +4,7 @@
 matrix/cntk.yml. Windows nodes also need files the Linux stack does not name:
 python.org's 3.6 installer, the win_amd64 wheels (cntk or cntk-gpu, numpy,
 scipy, mpi4py) and, only when asked for, NVIDIA's Windows CUDA and cuDNN
-installers. Those pins live in the matrix's `windows` section when it has one,
-else in roles/win_stack/vars/main.yml (the same YAML).
+installers. Those pins live in the matrix's `windows` section.
 
     stack | win_stack_select(pins, backend, toolkit, driver) -> what a Windows node installs
     selected | win_stack_artifacts                           -> items for the artifact_cache role

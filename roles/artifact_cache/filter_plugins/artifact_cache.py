@@ -19,8 +19,9 @@ def artifact_cache_with_sha256(items, overrides=None):
         raise AnsibleFilterError("cluster_artifact_sha256 must map a file name to its sha256")
     result = []
     for item in items or []:
-        if not isinstance(item, Mapping) or not item.get("dest") or not item.get("url"):
-            raise AnsibleFilterError(f"artifact_cache: each item needs dest and url, got {item!r}")
+        if not isinstance(item, Mapping) or not item.get("dest") or "url" not in item:
+            raise AnsibleFilterError(f"artifact_cache: each item needs dest and url (None: no public URL), "
+                                     f"got {item!r}")
         item = copy.deepcopy(dict(item))
         given = overrides.get(item["dest"])
         if given is not None:
