@@ -239,6 +239,8 @@ def cntk_stack(matrix, request=None):
     if os_info is not None and os_info.get("support") != "documented":
         warnings.append(_os_warning(version, release, os_name, os_info, python_stack, device, cuda))
 
+    wheel_deps = [_pin(dep) for dep in (matrix.get("wheel_deps") or {}).get(python, [])]
+
     mpi4py_version = str(defaults.get("mpi4py_version"))
     mpi4py = _pin(_section(matrix, "mpi4py")[mpi4py_version])
     msmpi_version = str(release.get("msmpi"))
@@ -248,6 +250,7 @@ def cntk_stack(matrix, request=None):
         "cntk": {"version": version, "wheel_version": str(release["wheel_version"]), "device": device,
                  "package": package},
         "wheel": wheel,
+        "wheel_deps": wheel_deps,
         "python": python_stack,
         "cuda": cuda,
         "cudnn": cudnn,
@@ -517,6 +520,8 @@ def cntk_artifacts(matrix, stacks, nvidia=False, msmpi=False):
         wheel = stack.get("wheel")
         if wheel:
             add(wheel.get("name", stack["cntk"]["package"]), wheel)
+        for dep in stack.get("wheel_deps") or []:
+            add(dep["name"], dep)
         add("openmpi", stack.get("openmpi"))
         python = stack.get("python") or {}
         if python.get("build_from_source") is not False:
