@@ -90,15 +90,25 @@ def world(tmp_path_factory):
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
 
 
-def provision(world, *extra):
+def provision(world, *extra, playbook="provision.yml"):
+    tags = ["--tags", "nvidia"] if playbook == "provision.yml" else []
     return subprocess.run(
-        [PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "playbooks" / "provision.yml"), "--tags", "nvidia",
+        [PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook), *tags,
          "-e", f"@{world['vars']}", *extra],
         capture_output=True, text=True, cwd=ROOT, timeout=900,
         env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
 
 
-def test_a_gpu_node_without_a_gpu_is_refused_before_any_change(world):
+def test_preflight_refuses_a_gpu_node_without_a_gpu(world):
+    result = provision(world, playbook="preflight.yml")
+    assert result.returncode != 0
+    assert "node1 has no NVIDIA GPU (no PCI device of vendor 0x10de)" in result.stdout, result.stdout[-5000:]
+    assert "node2 has no NVIDIA GPU" not in result.stdout  # a CPU node
+    ok = provision(world, "-e", "nvidia_driver_without_gpu=true", playbook="preflight.yml")
+    assert ok.returncode == 0, ok.stdout[-5000:]
+
+
+def test_the_driver_role_alone_refuses_a_gpu_node_without_a_gpu_before_any_change(world):
     result = provision(world)
     assert result.returncode != 0
     assert "node1 has no NVIDIA GPU (no PCI device of vendor 0x10de)" in result.stdout, result.stdout[-5000:]
