@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: cluster test venv up down status site lint syntax unit molecule e2e bench clean
+.PHONY: cluster test venv up down status site artifacts lint syntax unit molecule e2e bench clean
 
 cluster: up site
 
@@ -30,6 +30,11 @@ status: venv
 
 site: venv
 	ansible-playbook site.yml
+
+# Offline mode: every file the inventory's nodes install, downloaded once to
+# .cache/artifacts/ (INVENTORY=inventory/rack1 for another cluster).
+artifacts: venv
+	ansible-playbook $(if $(INVENTORY),-i $(INVENTORY)) playbooks/artifacts.yml
 
 test: lint syntax unit molecule e2e
 

@@ -50,9 +50,16 @@ def artifact_cache_unmatched(stat_results):
     return bad
 
 
+def artifact_cache_describe(item):
+    """One line for a user: where a file comes from and what it must hash to."""
+    return f"{item.get('dest')} <- {item.get('url') or '(no public URL: put it in the folder yourself)'} " \
+           f"sha256 {item.get('sha256') or '(none pinned)'}"
+
+
 class FilterModule:
     def filters(self):
         return {
             "artifact_cache_with_sha256": artifact_cache_with_sha256,
             "artifact_cache_unmatched": artifact_cache_unmatched,
+            "artifact_cache_describe": artifact_cache_describe,
         }

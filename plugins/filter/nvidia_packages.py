@@ -1,4 +1,4 @@
-"""Filters for the nvidia_apt role: pinned apt names, and .deb artifacts for offline installs."""
+"""NVIDIA's apt packages: pinned names for apt, and their .deb files as artifacts for offline installs."""
 
 from collections.abc import Mapping
 
@@ -34,6 +34,34 @@ def nvidia_apt_debs(packages, repo_url, arch="amd64"):
     return items
 
 
+NVIDIA_REPOS = "https://developer.download.nvidia.com/compute/cuda/repos/"
+
+
+def cntk_nvidia_debs(stack, repo_url=""):
+    """Every NVIDIA .deb a resolved GPU stack installs (driver, CUDA, cuDNN, NCCL), as artifact items.
+
+    repo_url: the repository (or mirror) the files come from; by default NVIDIA's
+    repository for the newest OS the matrix lists for the stack's CUDA."""
+    if not isinstance(stack, Mapping) or "cntk" not in stack:
+        raise AnsibleFilterError("cntk_nvidia_debs: the input must be a result of cntk_stack")
+    if stack["cntk"].get("device") != "gpu":
+        return []
+    cuda = stack.get("cuda") or {}
+    if not repo_url:
+        repos = (cuda.get("apt") or {}).get("repos") or []
+        if not repos:
+            return []
+        repo_url = f"{NVIDIA_REPOS}{repos[-1]}/x86_64/"
+    items = []
+    for packages in ((cuda.get("driver_apt") or {}).get("packages"), (cuda.get("apt") or {}).get("packages"),
+                     ((stack.get("cudnn") or {}).get("apt") or {}).get("packages"),
+                     ((stack.get("nccl") or {}).get("apt") or {}).get("packages")):
+        if packages:
+            items.extend(nvidia_apt_debs(packages, repo_url))
+    return items
+
+
 class FilterModule:
     def filters(self):
-        return {"nvidia_apt_pinned_names": nvidia_apt_pinned_names, "nvidia_apt_debs": nvidia_apt_debs}
+        return {"nvidia_apt_pinned_names": nvidia_apt_pinned_names, "nvidia_apt_debs": nvidia_apt_debs,
+                "cntk_nvidia_debs": cntk_nvidia_debs}
