@@ -13,9 +13,9 @@ Needs only python3 (stdlib) and the NVIDIA driver; not run by `make test`
    minimum for CNTK 2.7 (3.0); a warning above sm_70, where CNTK 2.7's kernels
    rely on PTX JIT.
 3. libnccl.so.2 if the linker finds it: its version.
-4. nccl-tests' all_reduce_perf (from --nccl-tests DIR: a built
-   ./build/all_reduce_perf, or the source, built with nvcc) over every GPU,
-   8 B..256 MB: the bus bandwidth table.
+4. nccl-tests' all_reduce_perf (--nccl-tests: a built tree, a source tree,
+   or the tarball matrix/cntk.yml pins, checked against its sha256; sources
+   are built with nvcc) over every GPU, 8 B..256 MB: the bus bandwidth table.
 
 Writes DIR/gpu_check.json (default bench/results/) and exits non-zero on a
 failed check. Each check is skipped with the reason when its tool is absent.
@@ -23,12 +23,14 @@ failed check. Each check is skipped with the reason when its tool is absent.
 
 import argparse
 import ctypes
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -108,7 +110,19 @@ def check_nccl_tests(result, source, gpus):
     if not source:
         result["all_reduce_perf"] = {"status": "skipped", "why": "no --nccl-tests DIR (nccl-tests source or build)"}
         return
-    binary = Path(source) / "build" / "all_reduce_perf"
+    source = Path(source)
+    if source.is_file():  # the pinned tarball (matrix: nccl_tests), checked and unpacked beside it
+        digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        pinned = re.search(r"^nccl_tests:\n(?:.*\n)*?\s+sha256: ([0-9a-f]{64})",
+                           (ROOT / "matrix" / "cntk.yml").read_text(), re.M).group(1)
+        if digest != pinned:
+            result["all_reduce_perf"] = {"status": "fail", "why": f"{source} has sha256 {digest}, not {pinned}"}
+            return
+        with tarfile.open(source) as archive:
+            top = archive.getnames()[0].split("/")[0]
+            archive.extractall(source.parent, filter="data")
+        source = source.parent / top
+    binary = source / "build" / "all_reduce_perf"
     if not binary.exists():
         if not shutil.which("nvcc") and not Path("/usr/local/cuda/bin/nvcc").exists():
             result["all_reduce_perf"] = {"status": "skipped", "why": "nccl-tests is not built and nvcc is absent"}
