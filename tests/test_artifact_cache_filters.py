@@ -28,7 +28,7 @@ def test_override_must_look_like_a_sha256():
 
 
 def test_item_without_url_is_an_error():
-    with pytest.raises(AnsibleFilterError, match="needs dest and url"):
+    with pytest.raises(AnsibleFilterError, match=r"needs file \(or dest\) and url"):
         artifact_cache_with_sha256([{"dest": "x.deb"}])
 
 
@@ -43,3 +43,7 @@ def test_unmatched_lists_missing_and_different_files():
         {"item": {"dest": "bad", "sha256": SHA}, "stat": {"exists": True, "checksum": "b" * 64}},
     ]
     assert [r["item"]["dest"] for r in artifact_cache_unmatched(results)] == ["gone", "bad"]
+
+
+def test_a_matrix_pin_without_dest_is_kept_under_its_file_name():
+    assert artifact_cache_with_sha256([{"file": "a.tar.gz", "url": "u", "sha256": SHA}])[0]["dest"] == "a.tar.gz"

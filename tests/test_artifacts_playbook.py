@@ -35,7 +35,7 @@ def test_cpu_nodes_need_the_wheel_its_dependencies_and_every_source(tmp_path):
     listed = result.stdout.split("TASK [artifact_cache : List the artifacts the folder lacks]")[1]
     for name in ("cntk-2.7.post2-cp36-cp36m-manylinux1_x86_64.whl", "numpy-1.19.5-cp36-cp36m-manylinux1_x86_64.whl",
                  "scipy-1.5.4-cp36-cp36m-manylinux1_x86_64.whl", "openmpi-1.10.7.tar.bz2", "Python-3.6.15.tgz",
-                 "openssl-1.1.1w.tar.gz", "mpi4py-3.0.3.tar.gz"):
+                 "openssl-1.1.1w.tar.gz", "mpi4py-3.1.5.tar.gz", "wheel-0.37.1-py2.py3-none-any.whl"):
         assert f"{name} <- https://" in listed, name
     assert "unreachable" not in result.stdout.lower().split("play recap")[0]
     assert not (tmp_path / "cache" / "openmpi-1.10.7.tar.bz2").exists()

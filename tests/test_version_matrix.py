@@ -431,7 +431,7 @@ def test_artifacts_cover_wheel_openmpi_and_mpi4py(matrix):
     result = stack(matrix, cntk_version="2.7", device="gpu", python_version="3.5", os=UBUNTU_1604)
     items = vm.cntk_artifacts(matrix, result)
     names = [item["name"] for item in items]
-    assert names == ["cntk-gpu", "numpy", "scipy", "openmpi", "mpi4py"]  # 3.5 is packaged: no CPython source
+    assert names == ["cntk-gpu", "numpy", "scipy", "openmpi", "mpi4py", "wheel"]  # 3.5 is packaged: no CPython source
     wheel = items[0]
     assert wheel["dest"] == "cntk_gpu-2.7.post2-cp35-cp35m-manylinux1_x86_64.whl"
     assert wheel["sha256"] == matrix["cntk"]["2.7"]["wheels"]["gpu"]["3.5"]["sha256"]
@@ -446,7 +446,8 @@ def test_artifacts_include_cpython_and_openssl_when_python_must_be_built(matrix)
     dests = [item["dest"] for item in vm.cntk_artifacts(matrix, [result])]
     assert dests == ["cntk-2.7.post2-cp36-cp36m-manylinux1_x86_64.whl",
                      "numpy-1.19.5-cp36-cp36m-manylinux1_x86_64.whl", "scipy-1.5.4-cp36-cp36m-manylinux1_x86_64.whl",
-                     "openmpi-1.10.7.tar.bz2", "Python-3.6.15.tgz", "openssl-1.1.1w.tar.gz", "mpi4py-3.0.3.tar.gz"]
+                     "openmpi-1.10.7.tar.bz2", "Python-3.6.15.tgz", "openssl-1.1.1w.tar.gz", "mpi4py-3.1.5.tar.gz",
+                     "wheel-0.37.1-py2.py3-none-any.whl"]
 
 
 def test_artifacts_are_deduplicated_across_stacks(matrix):
@@ -461,7 +462,7 @@ def test_artifacts_are_deduplicated_across_stacks(matrix):
             "cntk-2.7.post2-cp36-cp36m-manylinux1_x86_64.whl",
             "cntk_gpu-2.6-cp36-cp36m-manylinux1_x86_64.whl",
             "Python-3.6.15.tgz", "openssl-1.1.1w.tar.gz"} <= set(dests)
-    assert len(items) == 9  # 3 cntk wheels, numpy, scipy, Open MPI, Python, OpenSSL, mpi4py
+    assert len(items) == 10  # 3 cntk wheels, numpy, scipy, Open MPI, Python, OpenSSL, mpi4py, wheel
 
 
 def test_artifacts_with_nvidia_and_msmpi(matrix):

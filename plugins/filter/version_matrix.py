@@ -528,6 +528,8 @@ def cntk_artifacts(matrix, stacks, nvidia=False, msmpi=False):
             add("python", python.get("source"))
             add("openssl", python.get("openssl"))
         add("mpi4py", stack.get("mpi4py"))
+        for tool in (stack.get("mpi4py") or {}).get("build_requires") or []:
+            add(tool["name"], tool)
         if nvidia and stack["cntk"].get("device") == "gpu":
             add("cuda", (stack.get("cuda") or {}).get("runfile"))
             add("cudnn", (stack.get("cudnn") or {}).get("deb"))

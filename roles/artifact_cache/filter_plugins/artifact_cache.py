@@ -19,10 +19,11 @@ def artifact_cache_with_sha256(items, overrides=None):
         raise AnsibleFilterError("cluster_artifact_sha256 must map a file name to its sha256")
     result = []
     for item in items or []:
-        if not isinstance(item, Mapping) or not item.get("dest") or "url" not in item:
-            raise AnsibleFilterError(f"artifact_cache: each item needs dest and url (None: no public URL), "
-                                     f"got {item!r}")
+        if not isinstance(item, Mapping) or not (item.get("dest") or item.get("file")) or "url" not in item:
+            raise AnsibleFilterError(f"artifact_cache: each item needs file (or dest) and url (None: no public "
+                                     f"URL), got {item!r}")
         item = copy.deepcopy(dict(item))
+        item["dest"] = item.get("dest") or item["file"]  # a matrix pin's name in the folder is its file name
         given = overrides.get(item["dest"])
         if given is not None:
             given = str(given).strip().lower()
