@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster_helpers import node_shell, recap  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "e2e"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
@@ -48,17 +51,8 @@ def ansible_playbook(playbook, *extra, check=True, timeout=900):
     return result
 
 
-def recap(output):
-    """{host: {'ok': n, 'changed': n, ...}} from the PLAY RECAP."""
-    hosts = {}
-    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output.split("PLAY RECAP")[-1], re.M):
-        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
-    return hosts
-
-
 def on_node(node, command, check=True):
-    result = subprocess.run(["docker", "exec", f"cntk-{NAME}-{node}", "sh", "-c", command],
-                            capture_output=True, text=True, timeout=60)
+    result = node_shell(NAME, node, command, timeout=60)
     if check and result.returncode != 0:
         pytest.fail(f"{node}: {command}: {result.stderr}")
     return result.stdout

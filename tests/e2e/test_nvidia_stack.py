@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "doubles"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster_helpers import node_shell, recap  # noqa: E402
 import nvidia_packages  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +41,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster nee
 
 
 def on_node(node, command):
-    result = subprocess.run(["docker", "exec", f"cntk-{NAME}-{node}", "sh", "-c", command],
-                            capture_output=True, text=True, timeout=120)
+    result = node_shell(NAME, node, command)
     return result.returncode, result.stdout + result.stderr
 
 
@@ -50,13 +51,6 @@ def installed(node):
     # Status "ii" (installed) or "hi" (installed and held).
     return {fields[0]: fields[1] for fields in map(str.split, out.splitlines())
             if len(fields) == 3 and fields[2] in ("ii", "hi")}
-
-
-def recap(output):
-    hosts = {}
-    for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output.split("PLAY RECAP")[-1], re.M):
-        hosts[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
-    return hosts
 
 
 @pytest.fixture(scope="module")
