@@ -5,22 +5,14 @@ that preflight lets through would be unreachable, never changed.
 """
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+from inventory_helpers import GROUP_VARS, closed_port
 
 ROOT = Path(__file__).resolve().parent.parent
-GROUP_VARS = {"cluster_name": "t", "cluster_training_user": "cntk", "cluster_training_uid": 2000,
-              "cluster_mpi_interface": "lo", "cluster_slots": 1}
-
-
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_preflight(tmp_path, hosts, port):

@@ -7,24 +7,15 @@ against a Windows inventory shaped like inventory/example's.
 """
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
+from inventory_helpers import GROUP_VARS, closed_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAYBOOK = ROOT / "playbooks" / "windows.yml"
-GROUP_VARS = {"cluster_name": "t", "cluster_training_user": "cntk", "cluster_training_uid": 2000,
-              "cluster_mpi_interface": "lo", "cluster_slots": 1}
-
-
-def closed_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_inventory(tmp_path, linux, windows):
