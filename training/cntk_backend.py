@@ -3,8 +3,9 @@
 This is the production path on real clusters. It runs inside the CNTK
 interpreter (CPython 3.6 with Open MPI 1.10), so it must stay valid Python
 3.6: no walrus, no f"{x=}", no dataclasses, no subscripted builtins such as
-list[int] at run time. It is checked against the real cntk 2.7 wheel's
-Python sources by scripts/cntk_api_check.py (tests/cntk_api/).
+list[int] at run time. Its calls are checked against the real cntk 2.7
+wheel's Python sources by scripts/cntk_api_check.py (tests/cntk_api/), and
+tests/training/test_cntk_mpi.py runs it on the real CPU wheel under mpirun.
 
 Launched once per rank by mpirun, e.g.
 
@@ -13,10 +14,18 @@ Launched once per rank by mpirun, e.g.
 Every rank reads only its own shard, data_dir/shard-{rank:05d}.ctf, in CNTK
 text format (dense streams named ``features`` and ``labels``). Rank 0 alone
 writes output_dir/model.cntk, output_dir/metrics.jsonl and
-output_dir/summary.json.
+output_dir/summary.json, and checkpoint_dir/trainer.ckpt(.ckp); on --resume
+EVERY rank reads the checkpoint (CNTK restores it on every worker).
 
+Everything a rank must know about the others (host names, whether each sees
+the checkpoint, shard sizes, sample counts) travels through one primitive,
+_gather(): a sum-aggregate (CNTK's Communicator.aggregate_in_place) of a zero
+array in which each rank fills its own row. CNTK's communicator itself only
+knows its own worker's host name.
 """
 
+import ctypes
+import hashlib
 import json
 import os
 import platform
@@ -27,11 +36,17 @@ import traceback
 
 import common
 
-CHECKPOINT_NAME = "trainer.ckpt"  # CNTK also writes trainer.ckpt.ckp next to it
+CHECKPOINT_NAME = "trainer.ckpt"
+# CNTK's save_checkpoint writes both (the model, and the trainer, learner and
+# external state); restore_from_checkpoint reads both on every rank.
+CHECKPOINT_FILES = (CHECKPOINT_NAME, CHECKPOINT_NAME + ".ckp")
 MODEL_NAME = "model.cntk"
-METRICS_NAME = "metrics.jsonl"
-SUMMARY_NAME = "summary.json"
 TEST_MINIBATCH = 1024
+
+
+class JobError(Exception):
+    """A problem every rank learned about through the same collective, so
+    every rank raises it at the same point (and can say so before exiting)."""
 
 
 def run(args):
@@ -41,13 +56,22 @@ def run(args):
     without finalizing MPI, so that mpirun aborts the whole job instead of
     leaving the other ranks blocked in a collective.
     """
+    communicator = []
     try:
         import cntk as C
-        summary = _train(C, args)
-    except (Exception, KeyboardInterrupt):
+        summary = _train(C, args, communicator)
+    except (Exception, KeyboardInterrupt) as error:
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
+        if isinstance(error, JobError) and communicator:
+            # Every rank raised this after the same collective: wait until
+            # all have printed why, or mpirun could kill a rank mid-sentence
+            # when the first one exits.
+            try:
+                communicator[0].barrier()
+            except Exception:
+                pass
         # os._exit, not sys.exit: a normal interpreter exit runs atexit
         # handlers and CNTK's MPI teardown, which can wait forever for ranks
         # that are still inside an allreduce. Dying here with a non-zero
@@ -63,12 +87,6 @@ def _option(args, name, default):
     """A CNTK-only CLI option, with its default when the CLI does not set it."""
     value = getattr(args, name, None)
     return default if value is None else value
-
-
-def _append_jsonl(path, record):
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
-        handle.flush()
 
 
 def _streams(C, args):
@@ -115,12 +133,131 @@ def _distributed_learner(C, args, local_learner, global_minibatch):
     return learner, mode
 
 
+# -- what the ranks tell each other ------------------------------------------
+
+
+def _gather(C, communicator, rank, workers, row):
+    """Every rank's row of numbers, by rank (a list of lists of floats).
+
+    Collective: every rank must call it at the same point with a row of the
+    same length. Each rank writes its row into its own slot of a zero
+    (workers x len) array and the sum-aggregate over all workers fills every
+    slot everywhere. float64 carries integers exactly up to 2**53.
+    """
+    import numpy as np
+    table = np.zeros((workers, len(row)), dtype=np.float64)
+    table[rank, :] = row
+    # On the CPU whatever the default device, so a GPU worker aggregates the
+    # same way (and the table comes back without a device copy).
+    view = C.NDArrayView.from_dense(table, device=C.device.cpu())
+    communicator.aggregate_in_place([view], set(communicator.workers()))
+    return view.asarray().tolist()
+
+
+def _gather_json(C, communicator, rank, workers, document):
+    """Every rank's JSON document, by rank: the lengths first, then the
+    bytes (one byte a cell), so no document is cut whatever its length."""
+    payload = json.dumps(document, sort_keys=True).encode("ascii")
+    lengths = [int(row[0]) for row in _gather(C, communicator, rank, workers, [len(payload)])]
+    row = [0] * max(lengths)
+    row[:len(payload)] = bytearray(payload)
+    table = _gather(C, communicator, rank, workers, row)
+    return [json.loads(bytes(bytearray(int(b) for b in table[r][:lengths[r]])).decode("ascii"))
+            for r in range(workers)]
+
+
+def _checkpoint_view(checkpoint_dir):
+    """What this rank sees of the checkpoint: state (ok, missing, incomplete,
+    unreadable) and, when ok, a sha256 over both files, so the ranks can
+    tell that they would restore the same checkpoint."""
+    paths = [os.path.join(checkpoint_dir, name) for name in CHECKPOINT_FILES]
+    present = [os.path.exists(path) for path in paths]
+    if not any(present):
+        return {"state": "missing", "dir": checkpoint_dir}
+    if not all(present):
+        return {"state": "incomplete", "dir": checkpoint_dir,
+                "lacks": [name for name, there in zip(CHECKPOINT_FILES, present) if not there]}
+    digest = hashlib.sha256()
+    try:
+        for path in paths:
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    except (IOError, OSError) as error:
+        return {"state": "unreadable", "dir": checkpoint_dir, "error": str(error)}
+    return {"state": "ok", "dir": checkpoint_dir, "sha256": digest.hexdigest()}
+
+
+def _resume_decision(views, hosts):
+    """'restore' or 'fresh' from every rank's view of the checkpoint, or a
+    JobError that names the ranks that do not see rank 0's checkpoint."""
+    states = [view["state"] for view in views]
+    if all(state == "missing" for state in states):
+        return "fresh"
+    if all(state == "ok" for state in states) and len(set(view["sha256"] for view in views)) == 1:
+        return "restore"
+
+    def who(ranks):
+        return ", ".join("{} ({}: {}{})".format(
+            r, hosts[r], views[r]["dir"],
+            "" if views[r]["state"] == "ok" else ", " + {
+                "missing": "no checkpoint",
+                "incomplete": "lacks " + " and ".join(views[r].get("lacks", [])),
+                "unreadable": "unreadable: " + views[r].get("error", ""),
+            }[views[r]["state"]]) for r in ranks)
+
+    seeing = [r for r, state in enumerate(states) if state == "ok"]
+    lacking = [r for r, state in enumerate(states) if state != "ok"]
+    remedy = ("On --resume every rank restores the checkpoint (CNTK reads {} on every rank), so the "
+              "checkpoint dir must be readable by every rank with the same content: put it on storage "
+              "every node mounts, or copy rank 0's {} into every node's checkpoint dir before resuming "
+              "(or delete the checkpoint on every node to start fresh).").format(
+                  " and ".join(CHECKPOINT_FILES), " and ".join(CHECKPOINT_FILES))
+    if lacking:
+        return JobError("cannot resume: the checkpoint is visible to rank(s) {} but not to rank(s) {}. {}".format(
+            who(seeing) or "none", who(lacking), remedy))
+    reference = views[0]["sha256"]
+    differ = [r for r in seeing if views[r]["sha256"] != reference]
+    return JobError("cannot resume: rank(s) {} hold a different checkpoint than rank 0 ({}). {}".format(
+        who(differ), who([0]), remedy))
+
+
+PATH_OPTIONS = ("data_dir", "test_file", "output_dir", "checkpoint_dir")
+
+
+def _job_arguments(args):
+    """The options every rank must share (all but the paths, which may
+    differ per node)."""
+    return {name: value for name, value in sorted(vars(args).items()) if name not in PATH_OPTIONS}
+
+
+def _count_samples(path):
+    """Samples in a dense CTF shard: one sample a non-empty line."""
+    count = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                count += 1
+    return count
+
+
 def _resolve_test_file(args):
     if not args.test_file:
         return None
     if os.path.isabs(args.test_file) or os.path.exists(args.test_file):
         return args.test_file
     return os.path.join(args.data_dir, args.test_file)
+
+
+def _readable_file_problem(path, what):
+    if not os.path.isfile(path):
+        return "{} not found: {}".format(what, path)
+    try:
+        with open(path, "rb"):
+            pass
+    except (IOError, OSError) as error:
+        return "{} not readable: {}: {}".format(what, path, error)
+    return None
 
 
 def _test_accuracy(C, args, trainer, features, labels):
@@ -131,8 +268,6 @@ def _test_accuracy(C, args, trainer, features, labels):
     path = _resolve_test_file(args)
     if path is None:
         return None, 0
-    if not os.path.exists(path):
-        raise IOError("test file not found: {}".format(path))
     source = C.io.MinibatchSource(C.io.CTFDeserializer(path, _streams(C, args)),
                                   randomize=False, max_sweeps=1)
     input_map = {features: source.streams.features, labels: source.streams.labels}
@@ -150,35 +285,41 @@ def _test_accuracy(C, args, trainer, features, labels):
     return 1.0 - errors / count, count
 
 
-class _Window(object):
-    """Loss and metric averaged over the steps since the last metrics line."""
-
-    def __init__(self):
-        self.reset(0, time.time())
-
-    def reset(self, samples, now):
-        self.loss = 0.0
-        self.metric = 0.0
-        self.count = 0
-        self.start_samples = samples
-        self.start_time = now
-
-    def add(self, trainer):
-        # previous_minibatch_* raise when the last minibatch was empty, which
-        # happens on a rank whose shard is exhausted before the others.
-        n = trainer.previous_minibatch_sample_count
-        if n:
-            self.loss += trainer.previous_minibatch_loss_average * n
-            self.metric += trainer.previous_minibatch_evaluation_average * n
-            self.count += n
-
-    def averages(self):
-        if not self.count:
-            return None, None
-        return self.loss / self.count, self.metric / self.count
+def _last_step(trainer):
+    """(samples, loss, error rate) of the minibatch just trained, as this
+    rank's trainer sees it: the global minibatch under data-parallel SGD
+    (CNTK aggregates them with the gradients), this rank's own under block
+    momentum. (0, 0, 0) when the trainer has nothing (an empty step)."""
+    n = trainer.previous_minibatch_sample_count
+    if not n:
+        return 0, 0.0, 0.0
+    try:
+        return n, trainer.previous_minibatch_loss_average, trainer.previous_minibatch_evaluation_average
+    except RuntimeError:
+        return 0, 0.0, 0.0
 
 
-def _train(C, args):
+def _mpi_library_version():
+    """MPI_Get_library_version of the libmpi.so.12 CNTK loaded, or None."""
+    try:
+        libmpi = ctypes.CDLL("libmpi.so.12")
+        buffer = ctypes.create_string_buffer(8192)
+        length = ctypes.c_int(0)
+        if libmpi.MPI_Get_library_version(buffer, ctypes.byref(length)) != 0:
+            return None
+        text = buffer.value.decode("ascii", "replace")
+        return text.replace("\x00", "").splitlines()[0].strip() or None
+    except (OSError, AttributeError, IndexError):
+        return None
+
+
+def _versions(C):
+    import numpy as np
+    return {"python": platform.python_version(), "cntk": C.__version__.strip(),
+            "numpy": np.__version__, "mpi": _mpi_library_version()}
+
+
+def _train(C, args, communicator_out):
     import numpy as np
 
     start_time = time.time()
@@ -187,25 +328,24 @@ def _train(C, args):
     rank = C.Communicator.rank()
     workers = C.Communicator.num_workers()
     host = socket.gethostname()
+    logger = common.rank_logger(rank, workers, host)
 
-    local_minibatch = args.minibatch // workers
-    if local_minibatch < 1:
-        raise ValueError("global minibatch {} is smaller than the number of ranks {}".format(args.minibatch, workers))
-    global_minibatch = local_minibatch * workers
-    if global_minibatch != args.minibatch:
-        print("rank {}: minibatch {} is not a multiple of {} ranks; using {} ({} per rank)".format(
-            rank, args.minibatch, workers, global_minibatch, local_minibatch))
+    # The global minibatch is split as in the numpy backend: rank r takes
+    # M // W samples, plus one if r < M % W. CNTK aggregates uneven local
+    # minibatches correctly (the gradients are sums, divided by the global
+    # sample count).
+    if args.minibatch < workers:
+        raise ValueError("global minibatch {} is smaller than the number of ranks {}".format(
+            args.minibatch, workers))
+    batches = [common.local_batch_size(args.minibatch, workers, r) for r in range(workers)]
+    local_minibatch = batches[rank]
+    block_momentum = bool(_option(args, "block_momentum", False))
 
-    shard = os.path.join(args.data_dir, "shard-{:05d}.ctf".format(rank))
-    if not os.path.exists(shard):
-        raise IOError("rank {} on {}: shard not found: {}".format(rank, host, shard))
-
+    shard = common.shard_path(args.data_dir, rank)
     output_dir = args.output_dir
     checkpoint_dir = args.checkpoint_dir or os.path.join(output_dir, "checkpoints")
     checkpoint = os.path.join(checkpoint_dir, CHECKPOINT_NAME)
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    if rank == 0:
-        os.makedirs(output_dir, exist_ok=True)
+    metrics_path = os.path.join(output_dir, common.METRICS_FILE)
 
     features = C.input_variable(args.features, dtype=np.float32, name="features")
     labels = C.input_variable(args.classes, dtype=np.float32, name="labels")
@@ -220,17 +360,61 @@ def _train(C, args):
     # minibatch), whatever the rank count. learning_rate_schedule(...,
     # UnitType.minibatch) is deprecated since 2.2 and not used.
     local_learner = C.sgd(model.parameters, lr=C.learning_parameter_schedule(args.lr))
-    learner, mode = _distributed_learner(C, args, local_learner, global_minibatch)
+    learner, mode = _distributed_learner(C, args, local_learner, args.minibatch)
     communicator = learner.communicator()  # an instance: is_main(), workers(), barrier()
+    communicator_out.append(communicator)
     is_main = communicator.is_main()
-    hosts = _hosts(communicator)
+
+    # Preflight, before any training: every rank says what it has, and every
+    # rank decides the same from the same table, so a problem on one rank
+    # stops all of them at once, with the reason, instead of one rank dying
+    # mid-run or the others hanging in a collective.
+    problems = []
+    shard_problem = _readable_file_problem(shard, "shard")
+    if shard_problem:
+        problems.append(shard_problem)
+    if rank == 0:
+        test_file = _resolve_test_file(args)
+        test_problem = test_file and _readable_file_problem(test_file, "test file")
+        if test_problem:
+            problems.append(test_problem + " (rank 0 scores the model on it after training)")
+    mine = {"host": host, "problems": problems, "job": _job_arguments(args)}
+    if args.resume:
+        mine["checkpoint"] = _checkpoint_view(checkpoint_dir)
+    if block_momentum and not shard_problem:
+        mine["shard_samples"] = _count_samples(shard)
+    peers = _gather_json(C, communicator, rank, workers, mine)
+    hosts = [peer["host"] for peer in peers]
+    failures = ["rank {} on {}: {}".format(r, peer["host"], problem)
+                for r, peer in enumerate(peers) for problem in peer["problems"]]
+    for r, peer in enumerate(peers):
+        differ = ["--{} {} (rank 0: {})".format(name.replace("_", "-"), peer["job"].get(name), value)
+                  for name, value in sorted(peers[0]["job"].items()) if peer["job"].get(name) != value]
+        if differ:
+            failures.append("rank {} on {} runs another job than rank 0: {}".format(
+                r, peer["host"], ", ".join(differ)))
+    if failures:
+        raise JobError("cannot start: " + "; ".join(failures))
+    decision = "fresh"
+    if args.resume:
+        decision = _resume_decision([peer["checkpoint"] for peer in peers], hosts)
+        if isinstance(decision, JobError):
+            raise decision
+
+    # exist_ok: ranks on one node create the same directory at the same time.
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    if is_main:
+        os.makedirs(output_dir, exist_ok=True)
 
     # The 4th argument of Trainer is progress writers, not a communicator:
-    # the distributed learner carries the communicator.
+    # the distributed learner carries the communicator. ProgressPrinter
+    # prints on whichever rank has one (its rank= only names a log file), so
+    # rank 0 alone gets one.
     progress_every = max(1, int(args.progress_every))
-    printer = C.logging.ProgressPrinter(freq=progress_every, tag="Training", rank=rank,
-                                        num_epochs=args.epochs)
-    trainer = C.Trainer(model, (loss, metric), [learner], [printer])
+    writers = []
+    if is_main:
+        writers.append(C.logging.ProgressPrinter(freq=progress_every, tag="Training", num_epochs=args.epochs))
+    trainer = C.Trainer(model, (loss, metric), [learner], writers)
 
     # Each rank reads only its own, already partitioned shard, so the source
     # is asked for this rank's share of the global minibatch with the default
@@ -244,9 +428,10 @@ def _train(C, args):
 
     # max_samples is global; each rank reads its part of it, then reports end
     # of data like a rank whose shard is exhausted.
-    local_budget = None
+    budgets = [None] * workers
     if args.max_samples is not None:
-        local_budget = args.max_samples // workers + (1 if rank < args.max_samples % workers else 0)
+        budgets = [common.local_batch_size(args.max_samples, workers, r) for r in range(workers)]
+    local_budget = budgets[rank]
 
     # Checkpoints: a manual loop with trainer.save_checkpoint /
     # restore_from_checkpoint, the reader position riding along in the
@@ -255,48 +440,58 @@ def _train(C, args):
     # drives the reader itself and, when distributed, always asks it for
     # partition `rank` of `num_workers`: with per-rank shards each rank would
     # train on a 1/W slice of its shard. The manual loop also gives the
-    # per-step metrics.jsonl. Both calls are collective (all ranks call them
-    # at the same step; rank 0 writes the file, every rank gets back its own
-    # external state), so checkpoint_dir must be on storage every rank can
-    # read when resuming across nodes. Each rank also leaves a marker after
-    # every checkpoint: a rank that has its marker but cannot see the
-    # checkpoint fails at once, instead of starting fresh while the others
-    # restore (mismatched collectives would hang the job).
-    marker = os.path.join(checkpoint_dir, "rank-{:05d}.json".format(rank))
+    # per-step metrics.jsonl. Both calls are collective: all ranks call them
+    # at the same step; rank 0 writes the files, every rank reads them back
+    # and gets its own external state. That is why the preflight above made
+    # sure every rank sees the same checkpoint, or none does.
     step = 0
     sweeps = 0
     local_samples = 0
-    samples_offset = 0
-    resumed = False
-    metrics_path = os.path.join(output_dir, METRICS_NAME)
-    have_checkpoint = os.path.exists(checkpoint) and os.path.exists(checkpoint + ".ckp")
-    if args.resume and not have_checkpoint and os.path.exists(marker):
-        raise IOError("rank {} on {}: {} says this rank took part in a checkpointed run, but the checkpoint {} "
-                      "is not visible here: checkpoint_dir must be shared by all ranks (or copied to every "
-                      "node) to resume".format(rank, host, marker, checkpoint))
-    if args.resume and have_checkpoint:
+    resumed = decision == "restore"
+    if resumed:
         state = trainer.restore_from_checkpoint(checkpoint)
         saved_workers = int(state["workers"])
         if saved_workers != workers:
-            raise ValueError("checkpoint {} was written by {} ranks, this job has {}: the shards differ; "
-                             "remove the checkpoint to start over".format(checkpoint, saved_workers, workers))
+            raise JobError("checkpoint {} was written by {} ranks, this job has {}: the shards differ; "
+                           "remove the checkpoint on every node to start over".format(
+                               checkpoint, saved_workers, workers))
         source.restore_from_checkpoint(dict(state["source"]))
         step = int(state["step"])
         sweeps = int(state["sweeps"])
         local_samples = int(state["local_samples"])
-        # The trainer's own sample count may or may not survive a restore;
-        # keep the global count from the external state either way.
-        samples_offset = int(state["samples"]) - trainer.total_number_of_samples_seen
-        resumed = True
-        print("rank {}: resumed from {} at step {}".format(rank, checkpoint, step))
-    elif args.resume:
-        print("rank {}: no checkpoint at {}, starting fresh".format(rank, checkpoint))
-    if is_main and not resumed and os.path.exists(metrics_path):
-        os.remove(metrics_path)
+        if is_main:
+            logger.info("resumed from %s at step %d", checkpoint, step)
+    elif args.resume and is_main:
+        logger.info("no checkpoint at %s on any rank, starting fresh", checkpoint)
 
-    def global_samples():
-        # Trainer.total_number_of_samples_seen counts samples of all workers.
-        return samples_offset + trainer.total_number_of_samples_seen
+    # Where every rank stands: the global sample count, and for block
+    # momentum the last step at which every rank still has data (below).
+    totals = [0] * workers
+    if block_momentum:
+        for r, peer in enumerate(peers):
+            totals[r] = peer["shard_samples"] * args.epochs
+            if budgets[r] is not None:
+                totals[r] = min(totals[r], budgets[r])
+    standing = _gather(C, communicator, rank, workers, [local_samples])
+    samples = int(sum(row[0] for row in standing))
+    samples_at_start = samples
+
+    # Collectives of this script (checkpoints, block momentum's progress
+    # records) must happen at the same step on every rank. Under
+    # data-parallel SGD they do: a rank out of data passes an empty map,
+    # keeps taking part in the aggregation, and train_minibatch returns
+    # False on every rank at the same step. Under block momentum a rank out
+    # of data returns from train_minibatch at once and waits in the final
+    # synchronization while the others go on, so collectives stop at the
+    # last step where every rank still has data. The reader delivers exactly
+    # the samples asked for until the shard's sweeps (or budget) run out, so
+    # that step follows from the shard sizes.
+    sync_until = None
+    if block_momentum:
+        sync_until = min(step + -(-(totals[r] - int(standing[r][0])) // batches[r]) for r in range(workers))
+
+    def in_sync():
+        return sync_until is None or step <= sync_until
 
     def save_checkpoint():
         trainer.save_checkpoint(checkpoint, {
@@ -304,116 +499,114 @@ def _train(C, args):
             "step": step,
             "sweeps": sweeps,
             "local_samples": local_samples,
-            "samples": global_samples(),
             "workers": workers,
         })
-        # save_checkpoint ends with a barrier: rank 0 has written the file.
-        common.write_json_atomic(marker, {"rank": rank, "host": host, "step": step, "checkpoint": checkpoint})
 
-    print("rank {}/{} on {}: shard {}, {} samples per step (global {}), {}, device {}".format(
-        rank, workers, host, shard, local_minibatch, global_minibatch, mode, _device_name(C)))
-    sys.stdout.flush()
+    metrics = common.MetricsLog(output_dir, resumed_at_step=step) if is_main else None
+    logger.info("start: backend cntk, model %s, shard %s, %d samples per step (global %d), %s, device %s",
+                args.model, shard, local_minibatch, args.minibatch, mode, _device_name(C))
 
     checkpoint_every = int(_option(args, "checkpoint_every", 0)) or 10 * progress_every
-    samples_at_start = global_samples()
-    train_start = time.time()
-    window = _Window()
-    window.reset(samples_at_start, train_start)
+    train_start = window_start = time.time()
+    window_samples = samples
+    last = (0, 0.0, 0.0)
+    recorded_step = step
     final_loss = None
     while True:
         mb = {}
         if local_budget is None or local_samples < local_budget:
             wanted = local_minibatch if local_budget is None else min(local_minibatch, local_budget - local_samples)
             mb = source.next_minibatch(wanted, input_map=input_map)
+        if not mb and sync_until is not None and step < sync_until:
+            raise RuntimeError("rank {}: shard {} ran out at step {}, before step {} its size promised: "
+                               "is it one sample a line?".format(rank, shard, step + 1, sync_until))
         if mb:
             local_samples += mb[labels].num_samples
             if mb[labels].end_of_sweep:
                 sweeps += 1
-        # An empty map tells the distributed learner this rank is out of data;
-        # it keeps taking part in the aggregation until every rank is, and
-        # then train_minibatch returns False on all ranks at the same step.
+        # An empty map tells the distributed learner this rank is out of data
+        # (see in_sync above); train_minibatch returns False once every rank is.
         if not trainer.train_minibatch(mb if mb else {}):
             break
         step += 1
-        window.add(trainer)
-        if step % progress_every == 0:
-            final_loss = _log_progress(is_main, metrics_path, window, step, min(sweeps + 1, args.epochs),
-                                       global_samples(), final_loss)
-        if step % checkpoint_every == 0:
+        last = _last_step(trainer)
+        if not block_momentum:
+            samples += last[0]  # the global minibatch's size, the same on every rank
+        if step % progress_every == 0 and in_sync():
+            if block_momentum:
+                # Each rank has its own minibatch's loss: add them up.
+                table = _gather(C, communicator, rank, workers,
+                                [local_samples, last[0], last[1] * last[0], last[2] * last[0]])
+                samples = int(sum(row[0] for row in table))
+                count = sum(row[1] for row in table)
+                record_loss = sum(row[2] for row in table) / count if count else None
+                record_metric = sum(row[3] for row in table) / count if count else None
+            else:
+                record_loss, record_metric = (last[1], last[2]) if last[0] else (None, None)
+            if record_loss is not None:
+                final_loss = record_loss
+                now = time.time()
+                if is_main:
+                    record = common.metrics_record(step, min(sweeps + 1, args.epochs), samples, record_loss,
+                                                   record_metric, (samples - window_samples) / max(now - window_start, 1e-9),
+                                                   None)
+                    metrics.write(record)
+                    logger.info(common.progress_text(record))
+                window_start, window_samples, recorded_step = now, samples, step
+        if step % checkpoint_every == 0 and in_sync():
             save_checkpoint()
-    if window.count:
-        final_loss = _log_progress(is_main, metrics_path, window, step, min(max(sweeps, 1), args.epochs),
-                                   global_samples(), final_loss)
     train_seconds = time.time() - train_start
 
-    # The last checkpoint is collective and, for block momentum, also
-    # synchronizes the workers' models before rank 0 saves the model.
+    # The last checkpoint is collective and, for block momentum, comes after
+    # the final synchronization of the workers' models: every rank is here.
     save_checkpoint()
-
-    samples = global_samples()
-    print("rank {}: done, {} steps, {} global samples, {:.1f} s".format(rank, step, samples, train_seconds))
+    table = _gather(C, communicator, rank, workers,
+                    [local_samples, sweeps, last[0], last[1] * last[0], last[2] * last[0]])
+    samples = int(sum(row[0] for row in table))
+    epochs_done = int(min(row[1] for row in table))
+    if block_momentum:
+        count = sum(row[2] for row in table)
+        last_loss = sum(row[3] for row in table) / count if count else None
+        last_metric = sum(row[4] for row in table) / count if count else None
+    else:
+        last_loss, last_metric = (last[1], last[2]) if last[0] else (None, None)
+    if last_loss is not None:
+        final_loss = last_loss
+    logger.info("done: %d steps, %d global samples in %.2f s", step, samples, train_seconds)
     if not is_main:
         return None
 
+    if step > recorded_step and last_loss is not None:
+        now = time.time()
+        record = common.metrics_record(step, min(max(sweeps, 1), args.epochs), samples, last_loss, last_metric,
+                                       (samples - window_samples) / max(now - window_start, 1e-9), None)
+        metrics.write(record)
+        logger.info(common.progress_text(record))
+    metrics.close()
+
     model.save(os.path.join(output_dir, MODEL_NAME))
     accuracy, test_samples = _test_accuracy(C, args, trainer, features, labels)
-    trained = samples - samples_at_start
-    summary = {
-        "backend": "cntk",
-        "model": args.model,
+    summary = common.make_summary("cntk", args.model, hosts, _versions(C), epochs_done, samples,
+                                  samples - samples_at_start, train_seconds, None, final_loss, accuracy)
+    summary.update({
         "hidden": args.hidden if args.model == "mlp" else None,
-        "ranks": workers,
-        "hosts": hosts,
-        "versions": {"python": platform.python_version(), "cntk": C.__version__.strip()},
         "distributed": mode,
         "quantization_bits": int(_option(args, "quantization_bits", 32)),
         "device": _device_name(C),
-        "minibatch": global_minibatch,
-        "minibatch_per_rank": local_minibatch,
+        "minibatch": args.minibatch,
+        "minibatch_per_rank": batches,
         "lr": args.lr,
-        "epochs": args.epochs,
         "max_samples": args.max_samples,
         "steps": step,
-        "samples": samples,
-        "seconds": round(train_seconds, 3),
-        "samples_per_sec": round(trained / train_seconds, 3) if train_seconds > 0 else None,
         "wall_seconds": round(time.time() - start_time, 3),
-        "final_loss": final_loss,
-        "test_accuracy": accuracy,
         "test_samples": test_samples,
         "resumed": resumed,
         "seed": args.seed,
-    }
-    common.write_json_atomic(os.path.join(output_dir, SUMMARY_NAME), summary)
+    })
+    common.write_json_atomic(os.path.join(output_dir, common.SUMMARY_FILE), summary)
+    logger.info("test accuracy %s on %d samples, %.0f samples/s",
+                "n/a" if accuracy is None else "{:.4f}".format(accuracy), test_samples, summary["samples_per_sec"])
     return summary
-
-
-def _log_progress(is_main, path, window, step, epoch, samples, last_loss):
-    """Write one metrics line on rank 0; return the window's loss (or last_loss)."""
-    now = time.time()
-    loss, metric = window.averages()
-    elapsed = now - window.start_time
-    rate = (samples - window.start_samples) / elapsed if elapsed > 0 else None
-    if is_main and loss is not None:
-        _append_jsonl(path, {
-            "step": step,
-            "epoch": epoch,
-            "samples": samples,
-            "loss": float(loss),
-            "metric": float(metric),
-            "samples_per_sec": round(rate, 3) if rate is not None else None,
-        })
-    window.reset(samples, now)
-    return last_loss if loss is None else float(loss)
-
-
-def _hosts(communicator):
-    """Host names of all ranks, as MPI reports them (informational)."""
-    try:
-        return sorted(set(str(worker.host_id) for worker in communicator.workers()))
-    except Exception as error:  # the summary must not cost the run
-        print("could not list the hosts of the job: {!r}".format(error))
-        return None
 
 
 def _device_name(C):

@@ -25,6 +25,12 @@ def shard_path(data_dir, rank):
     return os.path.join(data_dir, "shard-{:05d}.ctf".format(rank))
 
 
+def local_batch_size(minibatch, ranks, rank):
+    """This rank's share of the global minibatch; the first minibatch % ranks
+    ranks take one sample more, so the shares add up to the minibatch."""
+    return minibatch // ranks + (1 if rank < minibatch % ranks else 0)
+
+
 def format_ctf_line(features, label, classes):
     """One dense CTF sample: the features, then the label as a one-hot row."""
     one_hot = ["0"] * classes

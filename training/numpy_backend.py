@@ -136,10 +136,8 @@ def global_mean(summed):
     return summed[:-3] / count, summed[-3] / count, summed[-2] / count, int(round(count))
 
 
-def local_batch_size(minibatch, ranks, rank):
-    """This rank's share of the global minibatch; the first minibatch % ranks
-    ranks take one sample more, so the shares add up to the minibatch."""
-    return minibatch // ranks + (1 if rank < minibatch % ranks else 0)
+# Shared with the cntk backend, which splits the global minibatch the same way.
+local_batch_size = common.local_batch_size
 
 
 def steps_per_epoch(shard_sizes, batch_sizes):

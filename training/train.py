@@ -28,9 +28,11 @@ def build_parser():
     parser.add_argument("--output-dir", required=True,
                         help="rank 0 writes metrics.jsonl, model.npz and summary.json here")
     parser.add_argument("--checkpoint-dir", required=True,
-                        help="rank 0 writes a checkpoint here after every epoch")
+                        help="rank 0 writes checkpoints here (numpy: after every epoch; cntk: every "
+                             "--checkpoint-every steps and at the end); cntk reads them on EVERY rank "
+                             "on --resume, so each rank's dir must hold rank 0's files")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint if there is one")
+                        help="continue from the checkpoint if there is one (none anywhere: start fresh)")
     parser.add_argument("--model", choices=MODELS, default="softmax")
     parser.add_argument("--hidden", type=int, default=64, help="hidden units of the mlp")
     parser.add_argument("--features", type=int, default=64)
@@ -44,7 +46,7 @@ def build_parser():
                         help="stop once this many global samples have been trained on")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--progress-every", type=int, default=10, metavar="STEPS",
-                        help="rank 0 records progress every this many steps")
+                        help="rank 0 records progress every this many steps (cntk: and at the last step)")
     cntk = parser.add_argument_group("cntk backend only")
     cntk.add_argument("--quantization-bits", type=int, default=32,
                       help="gradient bits in the data-parallel learner; below 32 selects 1-bit SGD")

@@ -1,6 +1,7 @@
 """Fixtures for the training package: the digits data as CTF, shards, mpirun."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,52 @@ def train_numpy():
     def train(ranks, *arguments, timeout=60):
         command = MPIRUN + ["-np", str(ranks), sys.executable, str(TRAINING / "train.py"),
                             "--backend", "numpy"] + [str(a) for a in arguments]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+
+    return train
+
+
+@pytest.fixture(scope="session")
+def cntk_runtime():
+    """(python, mpi_dir): the real cntk 2.7 CPU wheel in a venv of pyenv's
+    CPython 3.6.15, and the Open MPI 1.10 soname stand-in folder
+    (tests/training/cntk_env.py). Skips when a piece is not on this machine."""
+    import cntk_env
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun on PATH (Debian: openmpi-bin)")
+    try:
+        mpi_dir = cntk_env.mpi_standin_dir()
+        return cntk_env.venv(mpi_dir), mpi_dir
+    except cntk_env.Unavailable as error:
+        pytest.skip("the real cntk 2.7 wheel cannot run here: {}".format(error))
+
+
+@pytest.fixture
+def train_cntk(cntk_runtime):
+    """train_cntk(ranks, *arguments): mpirun -np RANKS (CNTK's python)
+    training/train.py --backend cntk ARGUMENTS on loopback, finished, its
+    output captured; every output line tagged [job,rank]<stream>.
+
+    per_rank=[args_0, args_1, ...] adds arguments per rank instead (an MPMD
+    launch, one app context per rank), e.g. a checkpoint dir per rank, as
+    on nodes that do not share one."""
+    python, mpi_dir = cntk_runtime
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               PYTHONWARNINGS="ignore",
+               LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(mpi_dir), os.environ.get("LD_LIBRARY_PATH")])))
+    exported = []
+    for name in ("LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONWARNINGS"):
+        exported += ["-x", name]
+
+    def train(ranks, *arguments, per_rank=None, timeout=120):
+        program = [str(python), str(TRAINING / "train.py"), "--backend", "cntk"] + [str(a) for a in arguments]
+        command = MPIRUN + ["--tag-output"] + exported
+        if per_rank is None:
+            command += ["-np", str(ranks)] + program
+        else:
+            assert len(per_rank) == ranks
+            for rank, extra in enumerate(per_rank):
+                command += ([":"] if rank else []) + ["-np", "1"] + program + [str(a) for a in extra]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
 
     return train

@@ -7,7 +7,9 @@ on a machine where CNTK cannot. Names and signatures follow the real wheel
 scripts/cntk_api_check.py); the arithmetic is plain numpy SGD on a softmax
 or one-hidden-layer relu model. There is no MPI: the rank and the number of
 workers come from FAKE_CNTK_RANK and FAKE_CNTK_WORKERS, and "collectives" are
-local, so several fake ranks do not train together.
+local, so several fake ranks do not train together: aggregate_in_place acts as
+if every other rank had sent what this one did (the backend gathers per-rank
+rows, so every rank "reports" this rank's host, checkpoint and counts).
 """
 
 import json
@@ -63,6 +65,16 @@ class Communicator(object):
     def barrier(self):
         pass
 
+    def aggregate_in_place(self, values, sendToWorkers):
+        _log("aggregate_in_place")
+        for view in values:
+            table = view.data
+            me = Communicator.rank()
+            if table.ndim == 2 and table.shape[0] == Communicator.num_workers():
+                for row in range(table.shape[0]):
+                    if row != me and not table[row].any():
+                        table[row] = table[me]
+
 
 class _Comm(Communicator):
     def __init__(self):
@@ -96,6 +108,18 @@ train = types.SimpleNamespace(distributed=types.SimpleNamespace(
     Communicator=Communicator,
     data_parallel_distributed_learner=data_parallel_distributed_learner,
     block_momentum_distributed_learner=block_momentum_distributed_learner))
+
+
+class NDArrayView(object):
+    def __init__(self, data):
+        self.data = data
+
+    @staticmethod
+    def from_dense(np_array, device=None, read_only=False, borrow=False):
+        return NDArrayView(np.array(np_array))
+
+    def asarray(self):
+        return self.data
 
 
 # -- graph ------------------------------------------------------------------
@@ -383,4 +407,4 @@ class DeviceKind(object):
     GPU = 1
 
 
-device = types.SimpleNamespace(use_default_device=_Device, DeviceKind=DeviceKind)
+device = types.SimpleNamespace(use_default_device=_Device, cpu=_Device, DeviceKind=DeviceKind)
