@@ -1,26 +1,34 @@
 #!/usr/bin/env python3
-"""Measure the numpy backend's training throughput side by side, in one run.
+"""Measure training throughput of both backends side by side, in one run.
 
-    bench/train_bench.py [--repeat 3] [--epochs 100]
+    bench/train_bench.py [--repeat 3] [--epochs 20] [--backends numpy,cntk]
+                         [--ranks 1,2,4,8] [--models softmax,mlp] [--minibatches 64,512]
 
 Writes scikit-learn's digits as CTF (training/make_digits.py) into a temporary
-directory, splits train.ctf into 1 and 2 shards (scripts/shard_dataset.py) and
-runs `mpirun -np W training/train.py --backend numpy` for every configuration:
+directory, splits train.ctf into 1, 2, 4 and 8 shards (scripts/shard_dataset.py)
+and runs `mpirun -np W training/train.py --backend B` for every configuration:
 
-    model in (softmax, mlp) x global minibatch in (64, 512) x ranks in (1, 2)
+    backend in (numpy, cntk) x model in (softmax, mlp)
+        x global minibatch in (64, 512) x ranks in (1, 2, 4, 8)
 
-with one OpenMP/BLAS thread per rank, lr 0.1, --progress-every 50, each
-configuration --repeat times. The repeats are interleaved (every configuration
-once, then again, ...) so that background load on a shared machine spreads
-over all configurations instead of landing on one. From each run's
-summary.json it reads samples_per_sec, allreduce_share, test_accuracy and
-seconds; it reports the median per configuration and the 2-rank/1-rank
-throughput ratio (ratio of the medians; the per-repeat paired ratios are kept
-in the JSON too). The figures are relative, measured in one run on one
+Both backends train the same job: the same shards, model, global minibatch,
+lr 0.1, epochs and seed. numpy runs on the project venv's Python with mpi4py;
+cntk on the REAL cntk 2.7 CPU wheel in a venv of pyenv's CPython 3.6.15, with
+the distribution's Open MPI 4 presented under Open MPI 1.10's sonames (a
+stand-in: tests/training/cntk_env.py builds both once into .cache/). Every
+rank gets one OpenMP/MKL/BLAS thread; ranks beyond the machine's cores are
+oversubscribed (mpirun --oversubscribe) and labelled so. Each configuration
+runs --repeat times, interleaved (every configuration once, then again, ...)
+so that background load spreads over all of them. From each run's
+summary.json it reads samples_per_sec (the training loop only, not mpirun or
+CNTK start-up), allreduce_share (numpy only), test_accuracy and seconds; it
+reports the median per configuration, the W-rank/1-rank throughput ratio of
+each backend (ratio of the medians; the per-repeat paired ratios are kept in
+the JSON) and cntk/numpy. The figures are relative, measured in one run on one
 machine, not absolute claims.
 
 Writes bench/results/train.json (every run, the medians, the machine, the
-date) and bench/results/train.md (the table and what it means).
+date) and bench/results/train.md (the tables and what they mean).
 """
 
 import argparse
@@ -37,6 +45,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+sys.path.insert(0, str(ROOT / "tests" / "training"))
+import cntk_env  # noqa: E402  (the path above)
+
 PYTHON = sys.executable
 MPIRUN = shutil.which("mpirun") or "/usr/bin/mpirun"
 MPI_FLAGS = [
@@ -45,16 +56,21 @@ MPI_FLAGS = [
     "--mca", "btl_tcp_if_include", "lo",
     "--mca", "oob_tcp_if_include", "lo",
 ]
+THREAD_VARS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+BACKENDS = ("numpy", "cntk")
 MODELS = ("softmax", "mlp")
 MINIBATCHES = (64, 512)
-RANKS = (1, 2)
+RANKS = (1, 2, 4, 8)
 LR = 0.1
 PROGRESS_EVERY = 50
 
 
-def run(cmd, env=None, timeout=300):
+def run(cmd, env=None, timeout=600):
     start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        sys.exit(f"{' '.join(map(str, cmd))} did not finish in {timeout} s:\n{error.stdout}\n{error.stderr}")
     seconds = time.monotonic() - start
     if result.returncode != 0:
         sys.exit(f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n"
@@ -89,17 +105,77 @@ def loadavg():
         return None
 
 
+def int_list(text):
+    values = [int(v) for v in text.split(",") if v.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive integers")
+    return values
+
+
+def name_list(allowed):
+    def parse(text):
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        if not values or set(values) - set(allowed):
+            raise argparse.ArgumentTypeError("a comma-separated list out of " + ", ".join(allowed))
+        return values
+    return parse
+
+
+def cntk_runtime():
+    """(python, env additions, stand-in dir) for the cntk backend, or (None, reason)."""
+    try:
+        mpi_dir = cntk_env.mpi_standin_dir()
+        return cntk_env.venv(mpi_dir), mpi_dir
+    except cntk_env.Unavailable as error:
+        return None, str(error)
+
+
+def median_of(rows, key):
+    values = [r[key] for r in rows if r[key] is not None]
+    return statistics.median(values) if values else None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per configuration (median reported)")
-    parser.add_argument("--epochs", type=int, default=100, help="epochs per run (1,438 samples each)")
+    parser.add_argument("--epochs", type=int, default=20, help="epochs per run (1,438 samples each)")
+    parser.add_argument("--backends", type=name_list(BACKENDS), default=list(BACKENDS))
+    parser.add_argument("--ranks", type=int_list, default=list(RANKS))
+    parser.add_argument("--models", type=name_list(MODELS), default=list(MODELS))
+    parser.add_argument("--minibatches", type=int_list, default=list(MINIBATCHES))
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite bench/results/train.md from bench/results/train.json")
     args = parser.parse_args()
+    if args.render:
+        (RESULTS / "train.md").write_text(markdown(json.loads((RESULTS / "train.json").read_text())))
+        return
     if args.repeat < 1 or args.epochs < 1:
         parser.error("--repeat and --epochs must be at least 1")
+    ranks_list = sorted(set(args.ranks))
+    if ranks_list[0] != 1:
+        parser.error("--ranks must include 1 (the ratios are against 1 rank)")
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    configs = [(model, mb) for model in MODELS for mb in MINIBATCHES]
+    cores = os.cpu_count() or 1
+    env = dict(os.environ, **THREAD_VARS)
+    pythons = {"numpy": PYTHON}
+    notes = {}
+    if "cntk" in args.backends:
+        python, detail = cntk_runtime()
+        if python is None:
+            notes["cntk"] = "not measured: " + detail
+            print(f"cntk backend skipped: {detail}", file=sys.stderr)
+            args.backends = [b for b in args.backends if b != "cntk"]
+        else:
+            pythons["cntk"] = str(python)
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(detail), env.get("LD_LIBRARY_PATH")]))
+            env["PYTHONWARNINGS"] = "ignore"
+    exported = []
+    for name in sorted(THREAD_VARS) + (["LD_LIBRARY_PATH", "PYTHONWARNINGS"] if "cntk" in args.backends else []):
+        exported += ["-x", name]
+
+    configs = [(model, mb) for model in args.models for mb in args.minibatches]
     runs = []
+    versions = {}
     bench_start = time.monotonic()
     load_start = loadavg()
 
@@ -107,78 +183,96 @@ def main():
         tmp = Path(tmp)
         run([PYTHON, "training/make_digits.py", "--out", tmp], env=env)
         shards = {}
-        for ranks in RANKS:
+        for ranks in ranks_list:
             shards[ranks] = tmp / f"shards-{ranks}"
             run([PYTHON, "scripts/shard_dataset.py", "--source", tmp / "train.ctf",
                  "--ranks", str(ranks), "--out", shards[ranks]])
 
-        total = args.repeat * len(configs) * len(RANKS)
+        total = args.repeat * len(configs) * len(ranks_list) * len(args.backends)
         for repeat in range(1, args.repeat + 1):
             for model, mb in configs:
-                for ranks in RANKS:
-                    tag = f"{model}-mb{mb}-np{ranks}-r{repeat}"
-                    out, ck = tmp / "out" / tag, tmp / "ck" / tag
-                    cmd = [MPIRUN, *MPI_FLAGS, "-np", str(ranks),
-                           PYTHON, "training/train.py", "--backend", "numpy",
-                           "--data-dir", shards[ranks], "--test-file", tmp / "test.ctf",
-                           "--output-dir", out, "--checkpoint-dir", ck,
-                           "--model", model, "--epochs", str(args.epochs),
-                           "--minibatch", str(mb), "--lr", str(LR),
-                           "--progress-every", str(PROGRESS_EVERY)]
-                    wall, _ = run([str(c) for c in cmd], env=env)
-                    summary = json.loads((out / "summary.json").read_text())
-                    record = {
-                        "model": model, "minibatch": mb, "ranks": ranks, "repeat": repeat,
-                        "samples_per_sec": summary["samples_per_sec"],
-                        "allreduce_share": summary["allreduce_share"],
-                        "test_accuracy": summary["test_accuracy"],
-                        "seconds": summary["seconds"],
-                        "samples": summary["samples"],
-                        "wall_seconds": round(wall, 3),
-                    }
-                    runs.append(record)
-                    versions = summary.get("versions", {})
-                    print(f"[{len(runs)}/{total}] {tag}: {record['samples_per_sec']:,.0f} samples/s, "
-                          f"allreduce {record['allreduce_share']:.0%}, acc {record['test_accuracy']:.3f}, "
-                          f"wall {wall:.1f} s", flush=True)
+                for ranks in ranks_list:
+                    for backend in args.backends:
+                        tag = f"{backend}-{model}-mb{mb}-np{ranks}-r{repeat}"
+                        out, ck = tmp / "out" / tag, tmp / "ck" / tag
+                        cmd = [MPIRUN, *MPI_FLAGS, *exported, "-np", str(ranks),
+                               pythons[backend], "training/train.py", "--backend", backend,
+                               "--data-dir", shards[ranks], "--test-file", tmp / "test.ctf",
+                               "--output-dir", out, "--checkpoint-dir", ck,
+                               "--model", model, "--epochs", str(args.epochs),
+                               "--minibatch", str(mb), "--lr", str(LR),
+                               "--progress-every", str(PROGRESS_EVERY)]
+                        wall, _ = run([str(c) for c in cmd], env=env)
+                        summary = json.loads((out / "summary.json").read_text())
+                        record = {
+                            "backend": backend, "model": model, "minibatch": mb, "ranks": ranks,
+                            "oversubscribed": ranks > cores, "repeat": repeat,
+                            "samples_per_sec": summary["samples_per_sec"],
+                            "allreduce_share": summary["allreduce_share"],
+                            "test_accuracy": summary["test_accuracy"],
+                            "seconds": summary["seconds"],
+                            "samples": summary["samples"],
+                            "wall_seconds": round(wall, 3),
+                        }
+                        runs.append(record)
+                        versions[backend] = summary.get("versions", {})
+                        share = record["allreduce_share"]
+                        print(f"[{len(runs)}/{total}] {tag}: {record['samples_per_sec']:,.0f} samples/s, "
+                              f"allreduce {'n/a' if share is None else format(share, '.0%')}, "
+                              f"acc {record['test_accuracy']:.3f}, wall {wall:.1f} s", flush=True)
 
     medians = []
-    for model, mb in configs:
-        base = None
-        for ranks in RANKS:
-            rs = [r for r in runs if (r["model"], r["minibatch"], r["ranks"]) == (model, mb, ranks)]
-            row = {
-                "model": model, "minibatch": mb, "ranks": ranks, "runs": len(rs),
-                "samples_per_sec": statistics.median(r["samples_per_sec"] for r in rs),
-                "samples_per_sec_min": min(r["samples_per_sec"] for r in rs),
-                "samples_per_sec_max": max(r["samples_per_sec"] for r in rs),
-                "allreduce_share": statistics.median(r["allreduce_share"] for r in rs),
-                "test_accuracy": statistics.median(r["test_accuracy"] for r in rs),
-                "seconds": statistics.median(r["seconds"] for r in rs),
-            }
-            if ranks == RANKS[0]:
-                base = row
-                row["ratio_vs_1_rank"] = 1.0
-            else:
-                row["ratio_vs_1_rank"] = row["samples_per_sec"] / base["samples_per_sec"]
-                one = {r["repeat"]: r["samples_per_sec"] for r in runs
-                       if (r["model"], r["minibatch"], r["ranks"]) == (model, mb, RANKS[0])}
-                row["paired_ratios"] = [r["samples_per_sec"] / one[r["repeat"]] for r in rs]
-            medians.append(row)
+    for backend in args.backends:
+        for model, mb in configs:
+            one = None
+            for ranks in ranks_list:
+                rs = [r for r in runs if (r["backend"], r["model"], r["minibatch"], r["ranks"])
+                      == (backend, model, mb, ranks)]
+                row = {
+                    "backend": backend, "model": model, "minibatch": mb, "ranks": ranks,
+                    "oversubscribed": ranks > cores, "runs": len(rs),
+                    "samples_per_sec": median_of(rs, "samples_per_sec"),
+                    "samples_per_sec_min": min(r["samples_per_sec"] for r in rs),
+                    "samples_per_sec_max": max(r["samples_per_sec"] for r in rs),
+                    "allreduce_share": median_of(rs, "allreduce_share"),
+                    "test_accuracy": median_of(rs, "test_accuracy"),
+                    "seconds": median_of(rs, "seconds"),
+                    "wall_seconds": median_of(rs, "wall_seconds"),
+                }
+                if ranks == 1:
+                    one = row
+                    row["ratio_vs_1_rank"] = 1.0
+                else:
+                    row["ratio_vs_1_rank"] = row["samples_per_sec"] / one["samples_per_sec"]
+                    single = {r["repeat"]: r["samples_per_sec"] for r in runs
+                              if (r["backend"], r["model"], r["minibatch"], r["ranks"]) == (backend, model, mb, 1)}
+                    row["paired_ratios"] = [r["samples_per_sec"] / single[r["repeat"]] for r in rs]
+                medians.append(row)
+    if set(args.backends) == set(BACKENDS):
+        by = {(r["backend"], r["model"], r["minibatch"], r["ranks"]): r for r in medians}
+        for row in medians:
+            if row["backend"] == "cntk":
+                row["ratio_vs_numpy"] = row["samples_per_sec"] / by[("numpy",) + tuple(
+                    row[k] for k in ("model", "minibatch", "ranks"))]["samples_per_sec"]
 
     elapsed = time.monotonic() - bench_start
     figures = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "machine": machine(),
         "versions": versions,
+        "notes": notes,
         "loadavg_start": load_start,
         "loadavg_end": loadavg(),
         "settings": {
             "dataset": "scikit-learn digits via training/make_digits.py (1,438 train, 359 test)",
+            "shards": "scripts/shard_dataset.py: contiguous, balanced by samples; the same for both backends",
             "epochs": args.epochs, "repeat": args.repeat, "lr": LR,
-            "progress_every": PROGRESS_EVERY, "models": list(MODELS),
-            "minibatches": list(MINIBATCHES), "ranks": list(RANKS),
-            "threads_per_rank": 1, "mpirun_flags": MPI_FLAGS,
+            "progress_every": PROGRESS_EVERY, "backends": list(args.backends), "models": list(args.models),
+            "minibatches": list(args.minibatches), "ranks": ranks_list,
+            "threads_per_rank": 1, "thread_env": THREAD_VARS, "mpirun_flags": MPI_FLAGS,
+            "interpreters": pythons,
+            "cntk_mpi": ("the distribution's Open MPI 4 under Open MPI 1.10's sonames (libmpi.so.12, "
+                         "libmpi_cxx.so.1): a stand-in, not Open MPI 1.10.7") if "cntk" in args.backends else None,
             "order": "repeats interleaved: every configuration once per round",
         },
         "bench_seconds": round(elapsed, 1),
@@ -191,75 +285,131 @@ def main():
     print(markdown(figures))
 
 
+def ranks_label(row, cores):
+    return f"{row['ranks']} (oversubscribed on {cores} cores)" if row["oversubscribed"] else str(row["ranks"])
+
+
+def versions_text(backend, v):
+    if backend == "numpy":
+        return (f"numpy backend: Python {v.get('python', '?')}, numpy {v.get('numpy', '?')}, "
+                f"mpi4py {v.get('mpi4py', '?')}, {str(v.get('mpi', 'MPI ?')).split(',')[0].strip()}")
+    return (f"cntk backend: CNTK {v.get('cntk', '?')} (cntk 2.7.post2 CPU wheel), Python {v.get('python', '?')}, "
+            f"numpy {v.get('numpy', '?')}, {str(v.get('mpi') or 'MPI ?').split(',')[0].strip()} "
+            "under Open MPI 1.10's sonames (stand-in)")
+
+
 def markdown(f):
     m = f["machine"]
     s = f["settings"]
+    cores = m["cores"]
+    backends = s["backends"]
     lines = [
-        "# numpy backend training throughput",
+        "# Training throughput: numpy and cntk backends",
         "",
-        f"{f['date']}; {m['host']}, {m['cpu']}, {m['cores']} cores, {m['os']}; "
-        f"Python {f['versions'].get('python', m['python'])}, numpy {f['versions'].get('numpy', '?')}, "
-        f"mpi4py {f['versions'].get('mpi4py', '?')}, "
-        f"{f['versions'].get('mpi', 'MPI ?').split(',')[0].strip()}. "
+        f"{f['date']}; {m['host']}, {m['cpu']}, {cores} cores, {m['os']}. "
         f"Load average at start {f['loadavg_start']}, at end {f['loadavg_end']}.",
         "",
-        f"Digits (1,438 training samples), {s['epochs']} epochs, lr {s['lr']}, one BLAS thread per rank, "
-        f"median of {s['repeat']} interleaved runs per row; `bench/train_bench.py` took "
-        f"{f['bench_seconds']} s. Samples/s, Allreduce share and test accuracy come from the run's "
-        "`summary.json` (the training loop only, not mpirun start-up).",
-        "",
-        "| model | minibatch | ranks | samples/s (median) | ratio vs 1 rank | Allreduce share | test accuracy |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in f["medians"]:
-        lines.append(
-            f"| {r['model']} | {r['minibatch']} | {r['ranks']} | {r['samples_per_sec']:,.0f} | "
-            f"{r['ratio_vs_1_rank']:.2f} | {r['allreduce_share']:.0%} | {r['test_accuracy']:.3f} |")
-
-    two = [r for r in f["medians"] if r["ranks"] == 2]
-    by = {(r["model"], r["minibatch"]): r for r in two}
-    small, large = min(s["minibatches"]), max(s["minibatches"])
-    ratio_text = ", ".join(f"{r['model']}/{r['minibatch']} {r['ratio_vs_1_rank']:.2f}" for r in two)
-    acc_gap = max(abs(r["test_accuracy"] - one["test_accuracy"]) for r in two
-                  for one in f["medians"]
-                  if (one["model"], one["minibatch"], one["ranks"]) == (r["model"], r["minibatch"], 1))
-    slower = all(r["ratio_vs_1_rank"] < 1 for r in two)
-    fell = [m for m in s["models"]
-            if by[(m, large)]["allreduce_share"] < by[(m, small)]["allreduce_share"]]
-    share_text = "; ".join(
-        f"{model} {by[(model, small)]['allreduce_share']:.0%} at {small} vs "
-        f"{by[(model, large)]['allreduce_share']:.0%} at {large}" for model in s["models"])
-    if len(fell) == len(s["models"]):
-        share_verdict = f"Raising the global minibatch to {large} puts more compute behind each Allreduce, and its share at 2 ranks falls ({share_text})"
-    elif fell:
-        share_verdict = (f"Raising the global minibatch to {large} should lower the Allreduce share; in this run it fell only for "
-                         f"{', '.join(fell)} ({share_text}): per-step compute is still tiny at {large}, so waiting for the "
-                         "other rank on busy cores (which the share includes) can outweigh it")
-    else:
-        share_verdict = (f"Raising the global minibatch to {large} did not lower the Allreduce share in this run ({share_text}): "
-                         f"per-step compute is still tiny at {large}, so waiting for the other rank on busy cores "
-                         "(which the share includes) outweighs it")
+    for backend in backends:
+        lines.append(f"- {versions_text(backend, f['versions'].get(backend, {}))}.")
+    for backend, note in f.get("notes", {}).items():
+        lines.append(f"- {backend} backend {note}.")
     lines += [
         "",
-        f"What it means: ratios measured side by side in one run on {m['cores']} shared cores "
-        f"(load average about {f['loadavg_start'][0] if f['loadavg_start'] else '?'} at the start), "
-        "not absolute or scaling figures. "
-        f"The 2-rank/1-rank throughput ratios are {ratio_text}"
-        + (": two ranks are slower than one in every configuration, because a step's compute on a "
-           "few dozen to a few hundred 64-pixel digits takes microseconds while every step pays one "
-           "Allreduce, and both ranks plus mpirun share the two cores with the other work, so the "
-           "Allreduce and the waiting in it dominate. " if slower else
-           " (below 1 means two ranks are slower than one: the per-step Allreduce costs more than "
-           "the halved compute saves). ")
-        + share_verdict + ". "
-        f"The {large} runs take {large // small}x fewer SGD steps at the same lr and epochs"
-        + (", hence their lower test accuracy" if all(
-            by[(m_, large)]["test_accuracy"] < by[(m_, small)]["test_accuracy"] for m_ in s["models"]) else "")
-        + f"; 1 and 2 ranks reach test accuracies within {acc_gap:.3f} of each other per configuration "
-        "(same global minibatch and arithmetic, different shuffles).",
+        f"The same job for both backends: digits (1,438 training samples) in the same shards "
+        f"(scripts/shard_dataset.py), {s['epochs']} epochs, lr {s['lr']}, seed 1; one OpenMP/MKL/BLAS thread "
+        f"per rank; every rank on this one host over loopback, ranks beyond the {cores} cores oversubscribed. "
+        f"Median of {s['repeat']} interleaved runs per row; `bench/train_bench.py` took {f['bench_seconds']} s. "
+        "Samples/s, Allreduce share and test accuracy come from each run's `summary.json` (the training loop "
+        "only, not mpirun or CNTK start-up); the cntk backend cannot see its Allreduce share (n/a). "
+        "min-max is the spread of the runs.",
         "",
+        "| backend | model | minibatch | ranks | samples/s (median) | min-max | ratio vs 1 rank | Allreduce share | test accuracy |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
+    for r in f["medians"]:
+        share = "n/a" if r["allreduce_share"] is None else f"{r['allreduce_share']:.0%}"
+        lines.append(
+            f"| {r['backend']} | {r['model']} | {r['minibatch']} | {ranks_label(r, cores)} | "
+            f"{r['samples_per_sec']:,.0f} | {r['samples_per_sec_min']:,.0f}-{r['samples_per_sec_max']:,.0f} | "
+            f"{r['ratio_vs_1_rank']:.2f} | {share} | {r['test_accuracy']:.3f} |")
+
+    cntk_rows = [r for r in f["medians"] if "ratio_vs_numpy" in r]
+    if cntk_rows:
+        lines += [
+            "",
+            "cntk samples/s as a share of numpy's on the same job:",
+            "",
+            "| model | minibatch | " + " | ".join(
+                ("{} rank{}{}".format(w, "" if w == 1 else "s", " (oversubscribed)" if w > cores else ""))
+                for w in s["ranks"]) + " |",
+            "| --- | ---: | " + " | ".join("---:" for _ in s["ranks"]) + " |",
+        ]
+        for model in s["models"]:
+            for mb in s["minibatches"]:
+                cells = []
+                for w in s["ranks"]:
+                    row = next(r for r in cntk_rows if (r["model"], r["minibatch"], r["ranks"]) == (model, mb, w))
+                    cells.append(f"{row['ratio_vs_numpy']:.2f}")
+                lines.append(f"| {model} | {mb} | " + " | ".join(cells) + " |")
+
+    lines += ["", "What it means: " + verdict(f), ""]
     return "\n".join(lines)
+
+
+def verdict(f):
+    """A reading of the figures, derived from them (not written in advance)."""
+    s = f["settings"]
+    cores = f["machine"]["cores"]
+    med = {(r["backend"], r["model"], r["minibatch"], r["ranks"]): r for r in f["medians"]}
+    load = ""
+    if f["loadavg_start"] and f["loadavg_end"]:
+        load = (f" (1-minute load average {f['loadavg_start'][0]} at the start, {f['loadavg_end'][0]} at the end: "
+                "other work shared the machine, and the min-max column shows how far single runs moved)")
+    parts = [f"ratios measured side by side in one run on {cores} shared cores{load}, not absolute or scaling "
+             "figures; a 64-pixel digit costs microseconds of compute, so every configuration here measures "
+             "per-step overhead (the Allreduce, MPI, the framework's own step) more than arithmetic."]
+    for backend in s["backends"]:
+        multi = [r for r in f["medians"] if r["backend"] == backend and r["ranks"] > 1]
+        if not multi:
+            continue
+        best = max(multi, key=lambda r: r["ratio_vs_1_rank"])
+        faster = [r for r in multi if r["ratio_vs_1_rank"] > 1.0]
+        parts.append(
+            f"{backend}: {len(faster)} of {len(multi)} multi-rank configurations beat 1 rank (best "
+            f"{best['ratio_vs_1_rank']:.2f}x, {best['model']}/{best['minibatch']} at {best['ranks']} ranks).")
+        over = [r for r in multi if r["oversubscribed"]]
+        within = [r for r in multi if not r["oversubscribed"]]
+        if over and within:
+            worse = [r for r in over
+                     if r["samples_per_sec"] < med[(backend, r["model"], r["minibatch"], cores)]["samples_per_sec"]
+                     ] if cores in s["ranks"] else []
+            if cores in s["ranks"]:
+                parts.append(f"{backend} oversubscribed ({', '.join(str(w) for w in s['ranks'] if w > cores)} ranks "
+                             f"on {cores} cores): {len(worse)} of {len(over)} slower than at {cores} ranks.")
+        big = [m for m in s["minibatches"] if m != min(s["minibatches"])]
+        if big:
+            large, small = max(s["minibatches"]), min(s["minibatches"])
+            higher = [(model, w) for model in s["models"] for w in s["ranks"]
+                      if med[(backend, model, large, w)]["samples_per_sec"]
+                      > med[(backend, model, small, w)]["samples_per_sec"]]
+            parts.append(f"{backend}: minibatch {large} is faster than {small} in {len(higher)} of "
+                         f"{len(s['models']) * len(s['ranks'])} model/rank pairs (fewer steps per sample, so less "
+                         "per-step overhead).")
+    cntk_rows = [r for r in f["medians"] if "ratio_vs_numpy" in r]
+    if cntk_rows:
+        single = [r["ratio_vs_numpy"] for r in cntk_rows if r["ranks"] == 1]
+        multi = [r["ratio_vs_numpy"] for r in cntk_rows if r["ranks"] > 1]
+        parts.append(
+            "cntk vs numpy on the same job: "
+            + (f"{min(single):.2f}-{max(single):.2f}x numpy's samples/s at 1 rank" if single else "")
+            + (f", {min(multi):.2f}-{max(multi):.2f}x at 2 or more ranks" if multi else "")
+            + ". cntk ran on the Open MPI 4 stand-in for Open MPI 1.10, on CPUs, on one host: these figures "
+            "say nothing about CNTK on GPUs, on Open MPI 1.10.7, or across hosts.")
+    accuracy = [r["test_accuracy"] for r in f["medians"]]
+    parts.append(f"Test accuracy ranges {min(accuracy):.3f}-{max(accuracy):.3f} over all rows (same global "
+                 "minibatch and lr; the larger minibatch takes fewer SGD steps in the same epochs).")
+    return " ".join(parts)
 
 
 if __name__ == "__main__":
