@@ -2,6 +2,8 @@
 #   make cluster   local cluster up (4 nodes) and `ansible-playbook site.yml` on it
 #   make test      every test: lint, syntax, unit tests, molecule (default, source_builds), end to end
 NODES ?= 4
+# cntk, numpy, or auto: cntk when its Python 3.6 can be had, else numpy (said in one line)
+BACKEND ?= auto
 VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -20,7 +22,7 @@ $(VENV)/.installed: requirements.txt training/requirements.txt
 	touch $@
 
 up: venv
-	$(PY) scripts/local_cluster.py up --nodes $(NODES)
+	$(PY) scripts/local_cluster.py up --nodes $(NODES) --backend $(BACKEND)
 
 down: venv
 	$(PY) scripts/local_cluster.py down

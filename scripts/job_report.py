@@ -71,7 +71,7 @@ SUMMARY_KEYS_SHOWN = {
 JOB_KEYS_SHOWN = {
     "name", "job", "job_name", "run_id", "run", "command", "command_line", "cmd",
     "hostfile", "fingerprint", "started", "finished", "exit_status", "status",
-    "rc", "exit_code", "returncode", "failed_rank", "failed_host", "failed",
+    "rc", "exit_code", "returncode", "failed_rank", "failed_host", "failed", "stand_ins",
 }
 
 
@@ -517,6 +517,15 @@ def build_page(run_dir, job_doc, job_problem, summary, summary_problem, records,
             what.append("(exit status {})".format(esc(job.exit_status)))
         w("<div class=\"failed\"><strong>The job failed</strong>{}{}</div>\n".format(
             ": " if what else ".", " ".join(what)))
+
+    # Stand-ins (e.g. the Open MPI 1.10 stand-in on a test cluster) are named
+    # where no reader can miss them.
+    stand_ins = job_doc.get("stand_ins") if isinstance(job_doc, dict) else None
+    if isinstance(stand_ins, list) and stand_ins:
+        w("<div class=\"missing\"><strong>Stand-ins in this run</strong><ul>\n")
+        for item in stand_ins:
+            w("<li>{}</li>\n".format(esc(item)))
+        w("</ul></div>\n")
 
     # What is missing, so that a partial report explains itself.
     missing = []

@@ -123,3 +123,15 @@ def test_checks_change_nothing():
 def test_unknown_backend_is_named():
     [problem] = problems(*inventory(gpu01={"cluster_backend": "torch"}))
     assert "cluster_backend='torch'" in problem
+
+
+def test_openmpi_standin_only_when_asked_by_name():
+    [problem] = problems(*inventory(gpu01={"cluster_backend": "cntk", "openmpi_install_method": "standin"}))
+    assert "cluster_openmpi_standin: true" in problem
+    assert problems(*inventory(gpu01={"cluster_backend": "cntk", "openmpi_install_method": "standin",
+                                      "cluster_openmpi_standin": True})) == []
+
+
+def test_openmpi_standin_needs_the_cntk_backend():
+    [problem] = problems(*inventory(gpu01={"cluster_backend": "numpy", "cluster_openmpi_standin": True}))
+    assert "cluster_backend='numpy'" in problem and "set cluster_backend: cntk" in problem

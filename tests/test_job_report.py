@@ -206,3 +206,14 @@ def test_pick_rows(count):
     rows = job_report.pick_rows(count)
     assert rows[0] == 0 and rows[-1] == count - 1 and len(rows) <= 20
     assert rows == sorted(set(rows))
+
+
+def test_stand_ins_are_named_at_the_top(tmp_path):
+    stand_in = "Open MPI: the distribution's Open MPI 4.x presented under the 1.10 sonames, not Open MPI 1.10.7"
+    run_dir = make_run(tmp_path / "run", model="model.cntk",
+                       job={"name": JOB_NAME, "run_id": "run-3", "exit_status": 0, "stand_ins": [stand_in]})
+    assert job_report.main([str(run_dir)]) == 0
+    page = (run_dir / "report.html").read_text()
+    banner = re.search(r"<strong>Stand-ins in this run</strong><ul>\n<li>(.*?)</li>", page).group(1)
+    assert banner == stand_in.replace("'", "&#x27;")
+    assert page.index("Stand-ins in this run") < page.index("<h2>Summary</h2>")

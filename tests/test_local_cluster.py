@@ -140,3 +140,30 @@ def test_present_controller_tools_install_nothing(monkeypatch):
     monkeypatch.setattr(lc.shutil, "which", lambda tool: "/usr/bin/" + tool)
     monkeypatch.setattr(lc, "apt_install", lambda *packages: pytest.fail(f"installed {packages}"))
     lc.ensure_controller_tools()
+
+
+def test_backend_cntk_ships_the_controllers_python_with_the_labelled_stand_in(tmp_path):
+    settings, line = lc.backend_settings("auto", cache_dir=tmp_path, python_prefix=tmp_path / "3.6.15")
+    assert settings == {"cluster_backend": "cntk", "cluster_device": "cpu", "cluster_openmpi_standin": True,
+                        "cpython_prebuilt_prefix": str(tmp_path / "3.6.15")}
+    assert line.startswith("backend cntk") and "stand-in" in line
+    text = lc.render_inventory(lc.nodes_for(1), 22, tmp_path / "key", tmp_path / "known", tmp_path / "s",
+                               backend=settings)
+    assert yaml.safe_load(text)["all"]["vars"]["cpython_prebuilt_prefix"] == str(tmp_path / "3.6.15")
+
+
+def test_backend_cntk_from_cached_sources_without_a_prebuilt(tmp_path):
+    assert not lc.cached_python_sources(tmp_path)
+    for name in ("Python-3.6.15.tgz", "openssl-1.1.1w.tar.gz"):
+        (tmp_path / name).write_bytes(b"")
+    settings, _ = lc.backend_settings("cntk", cache_dir=tmp_path, python_prefix=None)
+    assert settings["cluster_backend"] == "cntk" and "cpython_prebuilt_prefix" not in settings
+
+
+def test_backend_cntk_that_cannot_be_had_is_one_line_or_numpy(tmp_path):
+    with pytest.raises(lc.ClusterError, match=r"^--backend cntk: no CPython 3\.6\.15 here .*nothing was changed"):
+        lc.backend_settings("cntk", cache_dir=tmp_path, python_prefix=None)
+    settings, line = lc.backend_settings("auto", cache_dir=tmp_path, python_prefix=None)
+    assert settings == {"cluster_backend": "numpy"} and line.startswith("backend numpy, not cntk: no CPython")
+    with pytest.raises(lc.ClusterError, match="choose cntk, numpy or auto"):
+        lc.backend_settings("torch")

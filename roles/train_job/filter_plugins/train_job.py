@@ -8,10 +8,11 @@ def train_job_command(spec):
     """mpirun's argv for the job (Open MPI), from the role's settings.
 
     `spec` keys: layout, interface, mca, env, python, code_dir, backend,
-    data_dir, output_dir, checkpoint_dir, resume, args.
+    data_dir, output_dir, checkpoint_dir, resume, args, and mpirun (default
+    "mpirun" from PATH).
     """
     ranks = sum(entry["slots"] for entry in spec["layout"])
-    argv = ["mpirun", "--hostfile", "hostfile", "-np", str(ranks), "--map-by", "slot", "--bind-to", "none",
+    argv = [spec.get("mpirun") or "mpirun", "--hostfile", "hostfile", "-np", str(ranks), "--map-by", "slot", "--bind-to", "none",
             "--mca", "btl_tcp_if_include", spec["interface"], "--mca", "oob_tcp_if_include", spec["interface"]]
     for name, value in sorted(spec.get("mca", {}).items()):
         argv += ["--mca", str(name), str(value)]

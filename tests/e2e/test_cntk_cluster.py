@@ -1,0 +1,167 @@
+"""Real CNTK 2.7 across a 4-node cluster of its own (`cntkreal`, 127.0.0.81..84).
+
+`local_cluster.py up --backend cntk` writes the inventory a user of the local
+cluster gets: CPU nodes, the controller's pyenv CPython 3.6.15 shipped to the
+nodes by the cpython role (a prebuilt, relocated to /opt/cntk/python3.6), the
+real cntk 2.7.post2 wheel from the matrix (downloaded once, sha256-checked),
+and one labelled STAND-IN: Debian's Open MPI 4.1 presented under the 1.10
+sonames the wheel links (Open MPI 1.10.7's tarball is out of reach here).
+site.yml then trains digits with 8 ranks, 2 per node, for real.
+
+Skipped where this machine has no pyenv CPython 3.6.15 (CI's machines have it).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from cluster_helpers import node_shell, recap  # noqa: E402
+import local_cluster  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "cntkreal"
+INVENTORY = ROOT / ".cluster" / NAME / "inventory"
+ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
+TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+NODES = ["node1", "node2", "node3", "node4"]
+JOB = "digits-softmax"
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)"),
+    pytest.mark.skipif(local_cluster.pyenv_python() is None,
+                       reason="no pyenv CPython 3.6.15 on this machine: CNTK 2.7's wheel needs it"),
+]
+
+
+def env():
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
+
+
+def playbook_argv(playbook, *extra):
+    return [PLAYBOOK, "-i", str(INVENTORY), str(ROOT / playbook), *extra]
+
+
+def ansible_playbook(playbook, *extra, check=True, timeout=1200):
+    result = subprocess.run(playbook_argv(playbook, *extra), capture_output=True, text=True,
+                            env=env(), cwd=ROOT, timeout=timeout)
+    if check and result.returncode != 0:
+        pytest.fail(f"{playbook} failed:\n{result.stdout[-8000:]}\n{result.stderr[-2000:]}")
+    return result
+
+
+def on_node(node, command):
+    result = node_shell(NAME, node, command, timeout=60)
+    assert result.returncode == 0, (node, command, result.stderr)
+    return result.stdout
+
+
+def summary_of(job):
+    return json.loads((ARTIFACTS / job / "latest" / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    up = subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.81", "--nodes=4",
+                                "--backend=cntk"], check=True, capture_output=True, text=True)
+    started = time.monotonic()
+    site = ansible_playbook("site.yml", timeout=2400)
+    yield {"up": up.stdout, "site": site.stdout, "seconds": time.monotonic() - started}
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+
+
+def test_site_trains_digits_with_real_cntk_on_8_ranks(cluster):
+    assert "backend cntk" in cluster["up"]
+    summary = summary_of(JOB)
+    assert summary["backend"] == "cntk"
+    assert summary["versions"]["cntk"] == "2.7"
+    assert summary["versions"]["python"] == "3.6.15"
+    assert summary["ranks"] == 8
+    assert summary["hosts"] == [node for node in NODES for _ in range(2)]
+    assert summary["test_accuracy"] >= 0.90
+    run = ARTIFACTS / JOB / "latest"
+    assert (run / "model.cntk").stat().st_size > 0
+    for rank in range(8):
+        node = NODES[rank // 2]
+        log = (run / "logs" / node / "1" / f"rank.{rank}" / "stdout").read_text()
+        assert f"on {node}" in log, (rank, log[:500])
+    # The stand-in is named in the run's output, its record and its report.
+    assert "STAND-IN: node1 runs the distribution's Open MPI 4.1" in cluster["site"]
+    stand_ins = json.loads((run / "job.json").read_text())["stand_ins"]
+    assert len(stand_ins) == 1 and "not Open MPI 1.10.7" in stand_ins[0]
+    assert "Stand-ins in this run" in (run / "report.html").read_text()
+    assert "MPI check: 8 ranks on node1, node2, node3, node4" in cluster["site"]
+
+
+def test_nodes_run_the_shipped_python_and_the_real_wheel(cluster):
+    for node in NODES:
+        assert on_node(node, "/opt/cntk/python3.6/bin/python3.6 -c 'import sys; print(sys.prefix)'").strip() \
+            == "/opt/cntk/python3.6"
+        libs = on_node(node, "ldd /opt/cntk/python3.6/bin/python3.6")
+        assert "/opt/cntk/python3.6/lib/libpython3.6m.so.1.0" in libs
+        assert on_node(node, "/opt/cntk/venv/bin/pip show cntk | sed -n 2p").strip() == "Version: 2.7.post2"
+        assert "libmpi.so.40" in on_node(node, "readlink /usr/local/mpi/lib/libmpi.so.12")
+
+
+def test_second_site_run_changes_nothing_and_trains_nothing(cluster):
+    result = ansible_playbook("site.yml")
+    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), recap(result.stdout)
+    assert "is up to date" in result.stdout
+
+
+@pytest.mark.parametrize("job, args", [
+    ("digits-1bit", {"quantization-bits": 1}),
+    ("digits-blockmomentum", {"block-momentum": True, "block-size": 640}),
+])
+def test_1bit_sgd_and_block_momentum_run_to_the_end(cluster, job, args):
+    job_args = dict(model="softmax", epochs=5, minibatch=64, lr=0.5, seed=1, **{"progress-every": 5}, **args)
+    ansible_playbook("playbooks/train.yml", "-e", f"train_job_name={job}",
+                     "-e", json.dumps({"train_job_args": job_args}))
+    summary = summary_of(job)
+    assert summary["backend"] == "cntk" and summary["ranks"] == 8
+    assert summary["epochs"] == 5
+    assert summary["distributed"] == ("data_parallel_1bit" if "quantization-bits" in args
+                                      else "block_momentum(block_size=640)")
+    assert summary["test_accuracy"] >= 0.80
+
+
+def test_a_killed_rank_fails_fast_and_the_resume_finishes_across_nodes(cluster):
+    job = "digits-killed"
+    job_args = {"model": "mlp", "hidden": 256, "epochs": 60, "minibatch": 64, "lr": 0.2, "seed": 1,
+                "progress-every": 10, "checkpoint-every": 20}
+    extra = ["-e", f"train_job_name={job}", "-e", json.dumps({"train_job_args": job_args})]
+    proc = subprocess.Popen(playbook_argv("playbooks/train.yml", *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT, start_new_session=True)
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:
+        seen.append(line)
+        match = re.search(r"\| step (\d+) \|", line)
+        if match and int(match.group(1)) >= 60:  # three checkpoints written
+            break
+        assert time.monotonic() < deadline, "".join(seen[-40:])
+    on_node("node3", "pkill -9 -o -f train.py")
+    killed = time.monotonic()
+    output = "".join(seen) + proc.communicate(timeout=300)[0]
+    assert proc.returncode != 0
+    assert time.monotonic() - killed < 90
+    assert re.search(r"rank [45] on node3 was killed by signal 9", output), output[-3000:]
+
+    # Rank 0's checkpoint is copied to every node, every rank restores it.
+    resumed = ansible_playbook("playbooks/train.yml", *extra)
+    assert "failed=0" in resumed.stdout
+    summary = summary_of(job)
+    assert summary["resumed"] is True and summary["epochs"] == 60
+    assert summary["test_accuracy"] >= 0.90
+    for node in NODES[1:]:
+        assert on_node(node, f"ls /srv/cntk/jobs/{job}/checkpoints").split().count("trainer.ckpt") == 1
