@@ -58,7 +58,7 @@ def main():
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     playbook = [str(Path(sys.executable).with_name("ansible-playbook")),
                 "-i", str(ROOT / ".cluster" / NAME / "inventory"), "site.yml"]
-    up = TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", f"--nodes={args.nodes}"]
+    up = TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", f"--nodes={args.nodes}", "--backend=numpy"]
     down = TOOL + ["down", f"--name={NAME}"]
 
     timed(down)

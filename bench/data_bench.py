@@ -113,7 +113,7 @@ def main():
     write_dataset(test, 0.001)
 
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
-    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.31", f"--nodes={args.nodes}"],
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.31", f"--nodes={args.nodes}", "--backend=numpy"],
                    check=True, capture_output=True)
     nodes = [(f"node{i + 1}", f"127.0.0.{31 + i}") for i in range(args.nodes)]
     site = [PLAYBOOK, "-i", str(INVENTORY)]

@@ -529,3 +529,12 @@ def test_the_readme_names_every_checksum_source_url(matrix):
 def test_stack_problem_is_empty_or_the_rejection(matrix):
     assert vm.cntk_stack_problem(matrix, {"cntk_version": "2.7", "device": "gpu"}) == ""
     assert "needs CUDA 10.0" in vm.cntk_stack_problem(matrix, {"cntk_version": "2.7", "cuda_version": "11.0"})
+
+
+def test_the_filters_read_the_matrix_file_given_its_path(matrix):
+    path = str(Path(__file__).resolve().parents[1] / "matrix" / "cntk.yml")
+    request = {"cntk_version": "2.7", "device": "cpu"}
+    assert vm.cntk_stack(path, request) == vm.cntk_stack(matrix, request)
+    assert vm.cntk_stack_problem(path, {"cntk_version": "9.9"}) == vm.cntk_stack_problem(matrix, {"cntk_version": "9.9"})
+    with pytest.raises(AnsibleFilterError, match="cannot read the version matrix /nonexistent"):
+        vm.cntk_stack("/nonexistent", request)

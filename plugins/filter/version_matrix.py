@@ -7,8 +7,10 @@ does not match is rejected with a message that names the conflict and the
 fix, unless `force: true` turns the rejection into a warning. An unknown CNTK
 version is always an error.
 
-Filters (the matrix is the data loaded from matrix/cntk.yml, e.g. with
-`include_vars: {file: matrix/cntk.yml, name: cntk_matrix}`):
+Filters (the matrix is the data loaded from matrix/cntk.yml, or the path of
+that file: the filter then reads it itself, once per process, so that the
+whole matrix never passes through Ansible's templating, which costs seconds
+per host):
 
     cntk_matrix | cntk_stack(request)        -> the resolved stack (a dict)
     cntk_matrix | cntk_stack_problem(request) -> '' or why the request is rejected
@@ -21,8 +23,12 @@ The functions are plain Python and are unit-tested directly
 """
 
 import copy
+import functools
+import os
 import re
 from collections.abc import Mapping
+
+import yaml
 
 from ansible.errors import AnsibleFilterError
 
@@ -91,6 +97,22 @@ def _major_minor(value):
 # ---------------------------------------------------------------- lookups
 
 
+@functools.lru_cache(maxsize=8)
+def _read_matrix(path, mtime_ns):
+    with open(path, encoding="utf-8") as source:
+        return yaml.safe_load(source)
+
+
+def _matrix(matrix):
+    """The matrix itself, read from its file when given a path."""
+    if isinstance(matrix, str):
+        try:
+            return copy.deepcopy(_read_matrix(matrix, os.stat(matrix).st_mtime_ns))
+        except (OSError, yaml.YAMLError) as error:
+            raise AnsibleFilterError(f"cannot read the version matrix {matrix}: {error}")
+    return matrix
+
+
 def _section(matrix, name):
     if not isinstance(matrix, Mapping) or name not in matrix:
         raise AnsibleFilterError(f"{MATRIX_FILE} has no '{name}' section: is this the version matrix?")
@@ -134,6 +156,7 @@ def cntk_stack(matrix, request=None):
     cudnn_version, nccl_version, openmpi_version, driver_version (installed),
     compute_capability, os: {distribution, version}, force}; all optional,
     defaults from the matrix's `defaults`."""
+    matrix = _matrix(matrix)
     if request is None:
         request = {}
     if not isinstance(request, Mapping):
@@ -272,6 +295,7 @@ def cntk_stack(matrix, request=None):
 
 def cntk_stack_problem(matrix, request=None):
     """'' when the request resolves, else the rejection's message (for a preflight's fail_msg)."""
+    matrix = _matrix(matrix)
     try:
         cntk_stack(matrix, request)
     except AnsibleFilterError as error:
@@ -487,6 +511,7 @@ def cntk_artifacts(matrix, stacks, nvidia=False, msmpi=False):
     Each item: name, version, file, dest (its name in the download folder),
     url, sha256 (None where the matrix has no published value), sha256_source.
     Two different files that want the same dest are an error."""
+    matrix = _matrix(matrix)
     _section(matrix, "cntk")
     if stacks is None:
         stacks = []
@@ -545,6 +570,7 @@ def cntk_artifacts(matrix, stacks, nvidia=False, msmpi=False):
 
 def cntk_matrix_rows(matrix):
     """The matrix as the rows of matrix/README.md's table (newest first)."""
+    matrix = _matrix(matrix)
     releases = _section(matrix, "cntk")
     defaults = _section(matrix, "defaults")
     rows = []

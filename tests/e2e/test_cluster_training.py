@@ -99,7 +99,7 @@ def read_until_progress(proc, min_epoch, timeout=240):
 @pytest.fixture(scope="module")
 def cluster():
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
-    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.51", "--nodes=4"],
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.51", "--nodes=4", "--backend=numpy"],
                    check=True, capture_output=True, text=True)
     started = time.monotonic()
     site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,

@@ -65,7 +65,7 @@ def world(tmp_path_factory):
     fingerprint = re.search(r"^fpr:+([0-9A-F]+):", show, re.M).group(1)
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
-    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.61", "--nodes=2"],
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.61", "--nodes=2", "--backend=numpy"],
                    check=True, capture_output=True, text=True)
     variables = {
         "cluster_backend": "cntk",
