@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_helpers import node_shell, recap  # noqa: E402
+import cluster_helpers  # noqa: E402
+from cluster_helpers import node_shell, playbook_env, recap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "e2e"
@@ -34,21 +35,12 @@ LONG_ARGS = {"model": "mlp", "epochs": 40, "minibatch": 64, "lr": 0.2, "seed": 1
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
 
 
-def env():
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
-
-
 def playbook_argv(playbook, *extra):
-    return [PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook), *extra]
+    return cluster_helpers.playbook_argv(INVENTORY, "playbooks/" + playbook, *extra)
 
 
 def ansible_playbook(playbook, *extra, check=True, timeout=900):
-    result = subprocess.run(playbook_argv(playbook, *extra), capture_output=True, text=True,
-                            env=env(), cwd=ROOT, timeout=timeout)
-    if check and result.returncode != 0:
-        pytest.fail(f"{playbook} failed:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}")
-    return result
+    return cluster_helpers.ansible_playbook(INVENTORY, "playbooks/" + playbook, *extra, check=check, timeout=timeout)
 
 
 def on_node(node, command, check=True):
@@ -79,7 +71,7 @@ def start_training(job, *extra):
     return subprocess.Popen(
         playbook_argv("train.yml", "-e", f"train_job_name={job}", "-e", json.dumps({"train_job_args": LONG_ARGS}),
                       *extra),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT, start_new_session=True)
 
 
 def read_until_progress(proc, min_epoch, timeout=240):
@@ -103,7 +95,7 @@ def cluster():
                    check=True, capture_output=True, text=True)
     started = time.monotonic()
     site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
-                          text=True, env=env(), cwd=ROOT, timeout=1800)
+                          text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
     if site.returncode != 0:
         pytest.fail(f"site.yml failed:\n{site.stdout[-8000:]}")
     yield {"site": site.stdout, "seconds": time.monotonic() - started}
@@ -145,7 +137,7 @@ def test_each_node_holds_only_its_ranks_shards(cluster):
 
 def test_second_site_run_changes_nothing_and_trains_nothing(cluster):
     result = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
-                            text=True, env=env(), cwd=ROOT, timeout=900)
+                            text=True, env=playbook_env(), cwd=ROOT, timeout=900)
     assert result.returncode == 0, result.stdout[-4000:]
     assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), recap(result.stdout)
     assert "is up to date" in result.stdout
@@ -223,6 +215,9 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
     run = ARTIFACTS / "e2e-shared" / "latest"
     assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90
     assert "--data-dir /shared/shards" in json.loads((run / "job.json").read_text())["command"]
+    # The checkpoints go beside the shards on the shared filesystem.
+    assert "--checkpoint-dir /shared/checkpoints/e2e-shared" in json.loads((run / "job.json").read_text())["command"]
+    assert "checkpoint.npz" in on_node("node1", "ls /shared/checkpoints/e2e-shared")
     assert before == {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
     again = ansible_playbook("data.yml", "-e", shared)
     assert all(counts["changed"] == 0 for counts in recap(again.stdout).values())

@@ -24,7 +24,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from cluster_helpers import node_shell, recap  # noqa: E402
+import cluster_helpers  # noqa: E402
+from cluster_helpers import node_shell, playbook_argv, playbook_env, recap  # noqa: E402
 import local_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,6 @@ NAME = "cntkreal"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
 TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
-PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 NODES = ["node1", "node2", "node3", "node4"]
 JOB = "digits-softmax"
 
@@ -43,21 +43,8 @@ pytestmark = [
 ]
 
 
-def env():
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                ANSIBLE_FORCE_COLOR="0", PYTHONUNBUFFERED="1")
-
-
-def playbook_argv(playbook, *extra):
-    return [PLAYBOOK, "-i", str(INVENTORY), str(ROOT / playbook), *extra]
-
-
-def ansible_playbook(playbook, *extra, check=True, timeout=1200):
-    result = subprocess.run(playbook_argv(playbook, *extra), capture_output=True, text=True,
-                            env=env(), cwd=ROOT, timeout=timeout)
-    if check and result.returncode != 0:
-        pytest.fail(f"{playbook} failed:\n{result.stdout[-8000:]}\n{result.stderr[-2000:]}")
-    return result
+def ansible_playbook(playbook, *extra, **options):
+    return cluster_helpers.ansible_playbook(INVENTORY, playbook, *extra, **options)
 
 
 def on_node(node, command):
@@ -168,8 +155,8 @@ def test_a_killed_rank_fails_fast_and_the_resume_finishes_across_nodes(cluster):
     job_args = {"model": "mlp", "hidden": 128, "epochs": 30, "minibatch": 64, "lr": 0.2, "seed": 1,
                 "progress-every": 10, "checkpoint-every": 20}
     extra = ["-e", f"train_job_name={job}", "-e", json.dumps({"train_job_args": job_args})]
-    proc = subprocess.Popen(playbook_argv("playbooks/train.yml", *extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env(), cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(playbook_argv(INVENTORY, "playbooks/train.yml", *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT, start_new_session=True)
     seen = []
     deadline = time.monotonic() + 300
     for line in proc.stdout:

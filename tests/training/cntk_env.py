@@ -3,7 +3,7 @@
 CNTK 2.7's cp36 wheel needs CPython 3.6 with a shared libpython and Open MPI
 1.10's sonames (libmpi.so.12, libmpi_cxx.so.1). Here:
 
-- CPython 3.6.15 comes from pyenv ($PYENV_ROOT, else `pyenv root`).
+- CPython 3.6.15 comes from pyenv, found by scripts/local_cluster.py's pyenv_python.
 - The venv gets exactly the matrix's pins (matrix/cntk.yml: the cpu wheel for
   cntk 2.7 / Python 3.6 and its wheel_deps), installed with
   `pip install --require-hashes` against the matrix's sha256s. It is built
@@ -28,6 +28,9 @@ import sysconfig
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import local_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "matrix" / "cntk.yml"
@@ -59,19 +62,12 @@ def pins():
 
 
 def pyenv_python():
-    """CPython 3.6.15's interpreter from pyenv, or Unavailable."""
-    root = os.environ.get("PYENV_ROOT")
-    if not root and shutil.which("pyenv"):
-        result = subprocess.run(["pyenv", "root"], capture_output=True, text=True)
-        root = result.stdout.strip() if result.returncode == 0 else None
-    if not root:
-        raise Unavailable("pyenv not found (no $PYENV_ROOT, no `pyenv` on PATH): CNTK 2.7 needs CPython "
-                          "{} from $(pyenv root)/versions/{}".format(PYTHON_VERSION, PYTHON_VERSION))
-    python = Path(root) / "versions" / PYTHON_VERSION / "bin" / "python3.6"
-    if not python.exists():
-        raise Unavailable("CPython {} not installed in pyenv ({} missing): `pyenv install {}` "
-                          "(with a shared libpython)".format(PYTHON_VERSION, python, PYTHON_VERSION))
-    return python
+    """CPython 3.6.15's interpreter from pyenv (found as the local cluster finds it), or Unavailable."""
+    prefix = local_cluster.pyenv_python(PYTHON_VERSION)
+    if prefix is None:
+        raise Unavailable("CPython {0} not installed in pyenv (`pyenv root`, $PYENV_ROOT or ~/.pyenv, "
+                          "versions/{0}): `pyenv install {0}` with a shared libpython".format(PYTHON_VERSION))
+    return prefix / "bin" / "python3.6"
 
 
 def _find_library(soname):
