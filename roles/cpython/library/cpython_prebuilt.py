@@ -159,7 +159,7 @@ def relocate_binary(data, old, new):
 
     Each string keeps its place and length, so offsets in the file stay valid: the new one ends with a NUL
     and the old bytes after it are kept, as linkers merge string constants into the tails of longer ones
-    (libpython's version "3.6.15" is the tail of its prefix "/root/.pyenv/versions/3.6.15": padding with
+    (libpython's version "3.6.15" is the tail of its prefix "<pyenv root>/versions/3.6.15": padding with
     NULs would empty sys.version's number)."""
     pattern = prefix_pattern(old)
     if not pattern.search(data):
