@@ -25,7 +25,8 @@ fetched back; every file is optional:
 It writes RUN_DIR/plot.png (loss and training accuracy against step,
 1000x500 px, matplotlib's Agg) and RUN_DIR/report.html (one page, inline CSS,
 the plot as a relative <img src="plot.png">, links relative to RUN_DIR, no
-external resource), and prints the absolute path of report.html as its last
+external resource; laid out by templates/report.html.j2 beside this script,
+from what page_context computes), and prints the absolute path of report.html as its last
 line on stdout.
 
 A failed run gets a report too: whatever is missing (summary, metrics, model,
@@ -33,7 +34,8 @@ logs) is named in it, the failed rank and host are shown at the top with the
 tail of that rank's logs. The exit status is 0 whenever a report was
 written, 2 when RUN_DIR does not exist (or is not a directory).
 
-Standard library and matplotlib only.
+Python 3; the standard library, Jinja2 (ansible-core's own dependency, so
+the Python that runs ansible-playbook has it) and matplotlib.
 """
 
 import argparse
@@ -48,6 +50,9 @@ import sys
 import tempfile
 from collections import OrderedDict
 from urllib.parse import quote
+
+import jinja2
+from markupsafe import Markup
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -245,8 +250,9 @@ def esc(value):
     return html.escape(text, quote=True)
 
 
-def href(relative_path):
-    return esc(quote(relative_path, safe="/"))
+def url_path(relative_path):
+    """A path relative to RUN_DIR as a link target (the template escapes it)."""
+    return quote(relative_path, safe="/")
 
 
 def fmt_int(value):
@@ -461,73 +467,32 @@ def write_plot(path, records, job, test_accuracy=None):
 
 # ---------------------------------------------------------------- the page
 
-CSS = """
-body { font: 15px/1.45 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1d2329;
-       max-width: 1060px; margin: 24px auto; padding: 0 16px; }
-h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px;
-     border-bottom: 1px solid #d8dde3; padding-bottom: 3px; }
-.sub { color: #5b6670; margin: 0 0 16px; }
-table { border-collapse: collapse; margin: 6px 0; }
-th, td { text-align: left; padding: 4px 12px 4px 0; vertical-align: top; border-bottom: 1px solid #eef0f3; }
-th { color: #46505a; font-weight: 600; white-space: nowrap; }
-table.num td, table.num th { text-align: right; padding-left: 14px; }
-table.num td:first-child, table.num th:first-child { padding-left: 0; }
-code, pre { font: 13px/1.4 SFMono-Regular, Consolas, "Liberation Mono", monospace; }
-pre { background: #f5f7f9; border: 1px solid #e1e5e9; padding: 8px 10px; overflow-x: auto;
-      white-space: pre-wrap; word-break: break-all; }
-.status { display: inline-block; padding: 1px 9px; border-radius: 10px; font-weight: 600; font-size: 13px; }
-.ok { background: #dcf3e1; color: #16622c; } .bad { background: #fbe0e0; color: #9b1c1c; }
-.failed { border: 2px solid #c62828; background: #fdecec; padding: 10px 14px; border-radius: 6px;
-          margin: 14px 0; font-size: 16px; }
-.failed strong { color: #b71c1c; }
-.missing { border: 1px solid #e0b252; background: #fff7e0; padding: 8px 14px; border-radius: 6px; margin: 14px 0; }
-tr.hot td { background: #fdecec; }
-img.plot { max-width: 100%; height: auto; border: 1px solid #e1e5e9; }
-.muted { color: #6b7680; }
-"""
+TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+TEMPLATE_FILE = "report.html.j2"
 
 
-def build_page(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
-               metrics_problem, plot_problem):
-    job = Job(run_dir, job_doc, summary)
-    summary = summary or {}
-    logs = list_files(run_dir, LOGS_DIR) if os.path.isdir(os.path.join(run_dir, LOGS_DIR)) else []
-    models = [(name, os.path.getsize(os.path.join(run_dir, name)))
-              for name in MODEL_FILES if os.path.isfile(os.path.join(run_dir, name))]
-    out = []
-    w = out.append
+def finalize(value):
+    """Every {{ value }} the template prints passes through esc(); Markup
+    (what the template itself built) is left alone. Autoescaping stays on
+    behind it, so a value that skips this is still escaped."""
+    return value if isinstance(value, Markup) else Markup(esc(value))
 
-    w("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n")
-    w("<title>{}</title>\n<style>{}</style>\n</head>\n<body>\n".format(esc(job.title()), CSS))
-    w("<h1>{}</h1>\n".format(esc(job.title())))
-    sub = [esc(job.plot_title())]
-    if job.status:
-        sub.append("<span class=\"status {}\">{}</span>".format("bad" if job.failed else "ok", esc(job.status)))
-    sub.append("<span class=\"muted\">{}</span>".format(esc(os.path.abspath(run_dir))))
-    w("<p class=\"sub\">{}</p>\n".format(" &nbsp; ".join(sub)))
 
-    # A failed run says so first, naming the rank and host.
-    if job.failed:
-        what = []
-        if job.failed_rank is not None:
-            what.append("rank <strong>{}</strong>".format(esc(job.failed_rank)))
-        if job.failed_host is not None:
-            what.append("on host <strong>{}</strong>".format(esc(job.failed_host)))
-        if job.exit_status is not None:
-            what.append("(exit status {})".format(esc(job.exit_status)))
-        w("<div class=\"failed\"><strong>The job failed</strong>{}{}</div>\n".format(
-            ": " if what else ".", " ".join(what)))
+def template_environment():
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
+        autoescape=True, finalize=finalize, undefined=jinja2.StrictUndefined,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    environment.filters["url_path"] = url_path
+    return environment
 
-    # Stand-ins (e.g. the Open MPI 1.10 stand-in on a test cluster) are named
-    # where no reader can miss them.
-    stand_ins = job_doc.get("stand_ins") if isinstance(job_doc, dict) else None
-    if isinstance(stand_ins, list) and stand_ins:
-        w("<div class=\"missing\"><strong>Stand-ins in this run</strong><ul>\n")
-        for item in stand_ins:
-            w("<li>{}</li>\n".format(esc(item)))
-        w("</ul></div>\n")
 
-    # What is missing, so that a partial report explains itself.
+def or_dash(value):
+    return "\u2013" if value is None else value
+
+
+def missing_items(summary_problem, metrics_problem, skipped, plot_problem, models, logs, job_problem):
+    """What is missing from the run, one sentence each, so that a partial report explains itself."""
     missing = []
     if summary_problem:
         missing.append("{}: {} \u2013 no summary figures (the run did not finish, or was not fetched)".format(
@@ -544,174 +509,173 @@ def build_page(run_dir, job_doc, job_problem, summary, summary_problem, records,
         missing.append("{}/: no log files".format(LOGS_DIR))
     if job_problem and job_problem != "missing":
         missing.append("{}: {}".format(JOB_FILE, job_problem))
-    if missing:
-        w("<div class=\"missing\"><strong>Missing from this run</strong><ul>\n")
-        for item in missing:
-            w("<li>{}</li>\n".format(esc(item)))
-        w("</ul></div>\n")
+    return missing
 
-    # Summary.
-    w("<h2>Summary</h2>\n")
-    if summary_problem:
-        w("<p class=\"muted\">{} is {}.</p>\n".format(esc(SUMMARY_FILE), esc(summary_problem)))
-    else:
-        throughput = fmt_int(summary.get("samples_per_sec"))
-        rows = [
-            ("backend", summary.get("backend")),
-            ("model", summary.get("model") if summary.get("hidden") is None
-             else "{} ({} hidden)".format(summary.get("model"), summary.get("hidden"))),
-            ("nodes and ranks", nodes_text(summary)),
-            ("versions", versions_text(summary.get("versions"))),
-            ("epochs", fmt_value(summary.get("epochs")) if summary.get("epochs") is not None else None),
-            ("samples", fmt_int(summary.get("samples"))),
-            ("wall time (training)", fmt_duration(summary.get("seconds"))),
-            ("throughput", None if throughput is None else "{} samples/s".format(throughput)),
-            ("Allreduce share", fmt_percent(summary.get("allreduce_share"))),
-            ("final loss", fmt_float(summary.get("final_loss"))),
-            ("final test accuracy", fmt_percent(summary.get("test_accuracy"), 2)),
-        ]
-        w("<table>\n")
-        for label, value in rows:
-            if value is None and label == "Allreduce share":
-                continue  # the cntk backend does not measure it
-            w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(label), esc(value if value is not None else "\u2013")))
-        w("</table>\n")
-        extra = [(k, v) for k, v in sorted(summary.items()) if k not in SUMMARY_KEYS_SHOWN and k != "hidden"]
-        if extra:
-            w("<details><summary>more from {}</summary><table>\n".format(esc(SUMMARY_FILE)))
-            for key, value in extra:
-                w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(key), esc(fmt_value(value))))
-            w("</table></details>\n")
 
-    # The job.
-    if job_doc is not None:
-        w("<h2>Job</h2>\n<table>\n")
-        rows = [("job", job.name), ("run", job.run_id)]
-        if job.status:
-            rows.append(("status", job.status))
-        if job.exit_status is not None:
-            rows.append(("exit status", job.exit_status))
-        if job.failed_rank is not None:
-            rows.append(("failed rank", job.failed_rank))
-        if job.failed_host is not None:
-            rows.append(("failed host", job.failed_host))
-        for key in ("started", "finished"):
-            if job_doc.get(key) is not None:
-                rows.append((key, fmt_time(job_doc[key])))
-        started, finished = parse_time(job_doc.get("started")), parse_time(job_doc.get("finished"))
-        if started and finished:
-            rows.append(("job wall time", fmt_duration((finished - started).total_seconds())))
-        if job_doc.get("fingerprint") is not None:
-            rows.append(("fingerprint", fmt_value(job_doc["fingerprint"])))
-        for label, value in rows:
-            w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(label), esc(value)))
-        hostfile = job_doc.get("hostfile")
-        if hostfile is not None:
-            if isinstance(hostfile, (list, tuple)):
-                hostfile = "\n".join(str(line) for line in hostfile)
-            hostfile = str(hostfile)
-            cell = ("<pre>{}</pre>" if "\n" in hostfile.strip() else "<code>{}</code>").format(esc(hostfile.strip()))
-            w("<tr><th>hostfile</th><td>{}</td></tr>\n".format(cell))
-        for key, value in sorted(job_doc.items()):
-            if key not in JOB_KEYS_SHOWN:
-                w("<tr><th>{}</th><td>{}</td></tr>\n".format(esc(key), esc(fmt_value(value))))
-        w("</table>\n")
-        if job.command:
-            w("<p><strong>Command line</strong></p>\n<pre>{}</pre>\n".format(esc(job.command)))
+def summary_rows(summary):
+    """(label, text) for the summary table, and (key, text) for the rest of summary.json."""
+    throughput = fmt_int(summary.get("samples_per_sec"))
+    rows = [
+        ("backend", summary.get("backend")),
+        ("model", summary.get("model") if summary.get("hidden") is None
+         else "{} ({} hidden)".format(summary.get("model"), summary.get("hidden"))),
+        ("nodes and ranks", nodes_text(summary)),
+        ("versions", versions_text(summary.get("versions"))),
+        ("epochs", fmt_value(summary.get("epochs")) if summary.get("epochs") is not None else None),
+        ("samples", fmt_int(summary.get("samples"))),
+        ("wall time (training)", fmt_duration(summary.get("seconds"))),
+        ("throughput", None if throughput is None else "{} samples/s".format(throughput)),
+        ("Allreduce share", fmt_percent(summary.get("allreduce_share"))),
+        ("final loss", fmt_float(summary.get("final_loss"))),
+        ("final test accuracy", fmt_percent(summary.get("test_accuracy"), 2)),
+    ]
+    # The cntk backend does not measure the Allreduce share: no row rather than a dash.
+    rows = [(label, or_dash(value)) for label, value in rows if value is not None or label != "Allreduce share"]
+    more = [(key, fmt_value(value)) for key, value in sorted(summary.items())
+            if key not in SUMMARY_KEYS_SHOWN and key != "hidden"]
+    return rows, more
 
-    # The failed rank's own words.
-    if job.failed and job.failed_rank is not None and logs:
-        try:
-            failed_rank = int(job.failed_rank)
-        except (TypeError, ValueError):
-            failed_rank = None
-        theirs = [(p, s) for p, s in logs if failed_rank is not None and log_rank(p) == failed_rank]
-        if job.failed_host is not None and any(log_node(p) == str(job.failed_host) for p, _ in theirs):
-            theirs = [(p, s) for p, s in theirs if log_node(p) == str(job.failed_host)]
-        # stderr first: that is where a traceback goes.
-        theirs.sort(key=lambda item: (0 if "err" in item[0].rsplit("/", 1)[-1] else 1, item[0]))
-        for relative, size in theirs:
-            if size == 0:
-                continue
-            text = tail(os.path.join(run_dir, relative))
-            if text:
-                w("<h2>Rank {} log: <a href=\"{}\">{}</a> (last lines)</h2>\n<pre>{}</pre>\n".format(
-                    esc(failed_rank), href(relative), esc(relative), esc(text)))
-                break
 
-    # The plot and the progress table.
-    w("<h2>Training progress</h2>\n")
-    if os.path.isfile(os.path.join(run_dir, PLOT_FILE)) and not plot_problem and records:
-        w("<p><img class=\"plot\" src=\"{}\" width=\"{}\" height=\"{}\" alt=\"training loss and accuracy against step\"></p>\n"
-          .format(PLOT_FILE, PLOT_SIZE_PX[0], PLOT_SIZE_PX[1]))
-    if records:
-        shown = pick_rows(len(records))
-        if len(shown) == len(records):
-            note = "All {} records of {}.".format(len(records), METRICS_FILE)
-        else:
-            note = "{} of the {} records of {}: the first, every {}, the last.".format(
-                len(shown), len(records), METRICS_FILE, ordinal(shown[1] - shown[0]))
-        w("<p class=\"muted\">{}</p>\n".format(esc(note)))
-        has_share = any(number(r.get("allreduce_share")) is not None for r in records)
-        headers = ["step", "epoch", "samples", "loss", "error", "accuracy", "samples/s"]
+def job_rows(job, job_doc):
+    """(label, text) for the job table, the hostfile ({text, multiline}) and the rest of job.json."""
+    rows = [("job", job.name), ("run", job.run_id)]
+    if job.status:
+        rows.append(("status", job.status))
+    if job.exit_status is not None:
+        rows.append(("exit status", job.exit_status))
+    if job.failed_rank is not None:
+        rows.append(("failed rank", job.failed_rank))
+    if job.failed_host is not None:
+        rows.append(("failed host", job.failed_host))
+    for key in ("started", "finished"):
+        if job_doc.get(key) is not None:
+            rows.append((key, fmt_time(job_doc[key])))
+    started, finished = parse_time(job_doc.get("started")), parse_time(job_doc.get("finished"))
+    if started and finished:
+        rows.append(("job wall time", fmt_duration((finished - started).total_seconds())))
+    if job_doc.get("fingerprint") is not None:
+        rows.append(("fingerprint", fmt_value(job_doc["fingerprint"])))
+    hostfile = job_doc.get("hostfile")
+    if hostfile is not None:
+        if isinstance(hostfile, (list, tuple)):
+            hostfile = "\n".join(str(line) for line in hostfile)
+        text = str(hostfile).strip()
+        hostfile = {"text": text, "multiline": "\n" in text}
+    more = [(key, fmt_value(value)) for key, value in sorted(job_doc.items()) if key not in JOB_KEYS_SHOWN]
+    return rows, hostfile, more
+
+
+def failed_rank_log(run_dir, job, logs):
+    """{rank, path, text}: the last lines of the failed rank's first non-empty log
+    (stderr first: that is where a traceback goes), or None."""
+    if not (job.failed and job.failed_rank is not None and logs):
+        return None
+    try:
+        failed_rank = int(job.failed_rank)
+    except (TypeError, ValueError):
+        return None
+    theirs = [(p, s) for p, s in logs if log_rank(p) == failed_rank]
+    if job.failed_host is not None and any(log_node(p) == str(job.failed_host) for p, _ in theirs):
+        theirs = [(p, s) for p, s in theirs if log_node(p) == str(job.failed_host)]
+    theirs.sort(key=lambda item: (0 if "err" in item[0].rsplit("/", 1)[-1] else 1, item[0]))
+    for relative, size in theirs:
+        if size == 0:
+            continue
+        text = tail(os.path.join(run_dir, relative))
+        if text:
+            return {"rank": failed_rank, "path": relative, "text": text}
+    return None
+
+
+def progress_table(records):
+    """The progress table: {shown, total, every, headers, rows}, rows of cell texts."""
+    shown = pick_rows(len(records))
+    has_share = any(number(r.get("allreduce_share")) is not None for r in records)
+    headers = ["step", "epoch", "samples", "loss", "error", "accuracy", "samples/s"]
+    if has_share:
+        headers.append("Allreduce")
+    rows = []
+    for index in shown:
+        record = records[index]
+        metric = number(record.get("metric"))
+        cells = [fmt_int(record.get("step")), fmt_int(record.get("epoch")), fmt_int(record.get("samples")),
+                 fmt_float(record.get("loss")), fmt_float(metric),
+                 None if metric is None else fmt_percent(1.0 - metric), fmt_int(record.get("samples_per_sec"))]
         if has_share:
-            headers.append("Allreduce")
-        w("<table class=\"num\">\n<tr>{}</tr>\n".format("".join("<th>{}</th>".format(esc(h)) for h in headers)))
-        for index in shown:
-            record = records[index]
-            metric = number(record.get("metric"))
-            cells = [fmt_int(record.get("step")), fmt_int(record.get("epoch")), fmt_int(record.get("samples")),
-                     fmt_float(record.get("loss")), fmt_float(metric),
-                     None if metric is None else fmt_percent(1.0 - metric), fmt_int(record.get("samples_per_sec"))]
-            if has_share:
-                cells.append(fmt_percent(record.get("allreduce_share")))
-            w("<tr>{}</tr>\n".format("".join("<td>{}</td>".format(esc(c if c is not None else "\u2013"))
-                                             for c in cells)))
-        w("</table>\n")
-    else:
-        w("<p class=\"muted\">No progress records ({} is {}).</p>\n".format(esc(METRICS_FILE), esc(metrics_problem)))
+            cells.append(fmt_percent(record.get("allreduce_share")))
+        rows.append([or_dash(cell) for cell in cells])
+    return {"shown": len(shown), "total": len(records),
+            "every": ordinal(shown[1] - shown[0]) if len(shown) < len(records) else None,
+            "headers": headers, "rows": rows}
 
-    # Files: logs, model, anything else fetched.
-    w("<h2>Logs</h2>\n")
-    if logs:
-        failed_rank_text = None if job.failed_rank is None else str(job.failed_rank)
-        w("<table>\n<tr><th>file</th><th>node</th><th>rank</th><th>size</th></tr>\n")
-        for relative, size in logs:
-            rank = log_rank(relative)
-            hot = (failed_rank_text is not None and rank is not None and str(rank) == failed_rank_text
-                   and (job.failed_host is None or log_node(relative) in (None, str(job.failed_host))))
-            w("<tr{}><td><a href=\"{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td></tr>\n".format(
-                " class=\"hot\"" if hot else "", href(relative), esc(relative[len(LOGS_DIR) + 1:]),
-                esc(log_node(relative) or "\u2013"), esc("\u2013" if rank is None else rank), esc(fmt_size(size))))
-        w("</table>\n")
-    else:
-        w("<p class=\"muted\">No log files under {}/.</p>\n".format(esc(LOGS_DIR)))
 
-    w("<h2>Model</h2>\n")
-    if models:
-        for name, size in models:
-            w("<p><a href=\"{}\">{}</a> ({})</p>\n".format(href(name), esc(name), esc(fmt_size(size))))
-    else:
-        w("<p class=\"muted\">No model file ({}).</p>\n".format(esc(" or ".join(MODEL_FILES))))
+def log_rows(job, logs):
+    """{path, name, node, rank, size, hot} for every log file; hot: the failed rank's."""
+    failed_rank_text = None if job.failed_rank is None else str(job.failed_rank)
+    rows = []
+    for relative, size in logs:
+        rank = log_rank(relative)
+        node = log_node(relative)
+        hot = (failed_rank_text is not None and rank is not None and str(rank) == failed_rank_text
+               and (job.failed_host is None or node in (None, str(job.failed_host))))
+        rows.append({"path": relative, "name": relative[len(LOGS_DIR) + 1:], "node": or_dash(node),
+                     "rank": or_dash(rank), "size": fmt_size(size), "hot": hot})
+    return rows
 
+
+def page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
+                 metrics_problem, plot_problem):
+    """Everything report.html.j2 shows, computed, in the page's order; the
+    template only lays it out."""
+    job = Job(run_dir, job_doc, summary)
+    summary = summary or {}
+    logs = list_files(run_dir, LOGS_DIR) if os.path.isdir(os.path.join(run_dir, LOGS_DIR)) else []
+    models = [(name, os.path.getsize(os.path.join(run_dir, name)))
+              for name in MODEL_FILES if os.path.isfile(os.path.join(run_dir, name))]
+    # Stand-ins (e.g. the Open MPI 1.10 stand-in on a test cluster) are named
+    # where no reader can miss them.
+    stand_ins = job_doc.get("stand_ins") if isinstance(job_doc, dict) else None
+    rows, more = summary_rows(summary) if not summary_problem else ([], [])
+    job_table = None
+    if job_doc is not None:
+        table_rows, hostfile, job_more = job_rows(job, job_doc)
+        job_table = {"rows": table_rows, "hostfile": hostfile, "more": job_more, "command": job.command}
+    plot = None
+    if os.path.isfile(os.path.join(run_dir, PLOT_FILE)) and not plot_problem and records:
+        plot = {"src": PLOT_FILE, "width": PLOT_SIZE_PX[0], "height": PLOT_SIZE_PX[1]}
     known = {METRICS_FILE, SUMMARY_FILE, JOB_FILE, PLOT_FILE, REPORT_FILE} | set(MODEL_FILES)
-    others = [(p, s) for p, s in list_files(run_dir, None)
+    others = [(p, fmt_size(s)) for p, s in list_files(run_dir, None)
               if p not in known and not p.startswith(LOGS_DIR + "/") and not p.endswith(".tmp")
               and not p.endswith(".tmp.png")]
-    if others:
-        w("<h2>Other files</h2>\n<table>\n")
-        for relative, size in others:
-            w("<tr><td><a href=\"{}\">{}</a></td><td>{}</td></tr>\n".format(
-                href(relative), esc(relative), esc(fmt_size(size))))
-        w("</table>\n")
-    presents = [(name, os.path.isfile(os.path.join(run_dir, name))) for name in (METRICS_FILE, SUMMARY_FILE, JOB_FILE)]
-    links = " \u00b7 ".join("<a href=\"{0}\">{0}</a>".format(esc(name)) for name, present in presents if present)
-    if links:
-        w("<p class=\"muted\">Raw: {}</p>\n".format(links))
-    w("<p class=\"muted\">Written by scripts/job_report.py at {}.</p>\n".format(
-        esc(datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))))
-    w("</body>\n</html>\n")
-    return "".join(out)
+    return {
+        "files": {"metrics": METRICS_FILE, "summary": SUMMARY_FILE, "logs": LOGS_DIR, "models": MODEL_FILES},
+        "title": job.title(), "headline": job.plot_title(), "status": job.status,
+        "run_dir": os.path.abspath(run_dir),
+        # A failed run says so first, naming what is known of the rank, host and exit status.
+        "failed": job.failed,
+        "failure": [(what, value) for what, value in (("rank", job.failed_rank), ("host", job.failed_host),
+                                                      ("exit status", job.exit_status)) if value is not None],
+        "stand_ins": stand_ins if isinstance(stand_ins, list) else [],
+        "missing": missing_items(summary_problem, metrics_problem, skipped, plot_problem, models, logs,
+                                 job_problem),
+        "summary_problem": summary_problem, "summary_rows": rows, "summary_more": more,
+        "job": job_table,
+        "failed_log": failed_rank_log(run_dir, job, logs),
+        "plot": plot,
+        "progress": progress_table(records) if records else None, "metrics_problem": metrics_problem,
+        "logs": log_rows(job, logs),
+        "models": [(name, fmt_size(size)) for name, size in models],
+        "others": others,
+        "raw": [name for name in (METRICS_FILE, SUMMARY_FILE, JOB_FILE) if os.path.isfile(os.path.join(run_dir, name))],
+        "written": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    }
+
+
+def build_page(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
+               metrics_problem, plot_problem):
+    context = page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
+                           metrics_problem, plot_problem)
+    return template_environment().get_template(TEMPLATE_FILE).render(context)
 
 
 def write_text_atomic(path, text):

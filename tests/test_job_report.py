@@ -217,3 +217,75 @@ def test_stand_ins_are_named_at_the_top(tmp_path):
     banner = re.search(r"<strong>Stand-ins in this run</strong><ul>\n<li>(.*?)</li>", page).group(1)
     assert banner == stand_in.replace("'", "&#x27;")
     assert page.index("Stand-ins in this run") < page.index("<h2>Summary</h2>")
+
+
+class Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+
+
+def test_nothing_a_node_sends_becomes_markup(tmp_path):
+    hostile = "<script>alert(1)</script>"
+    run_dir = make_run(tmp_path / "run", metrics=False,
+                       job={"name": hostile, "run_id": 'a"b', "exit_status": 1, "failed_rank": 7,
+                            "failed_host": "<i>node</i>", "stand_ins": [hostile], hostile: hostile,
+                            "hostfile": [hostile, "<em>"], "command": ["echo", hostile]})
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["versions"]["mpi"] = "Open MPI v1.10.7\x00"  # Open MPI's version string ends in a NUL
+    summary["model"] = "<u>softmax</u>"
+    summary[hostile] = hostile
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    node = run_dir / "logs" / "<i>node</i>" / "rank.7"
+    node.mkdir(parents=True)
+    (node / "std\"err").write_text("Traceback\n<img src=x onerror=alert(1)>\n")
+    (run_dir / "<b>other.txt").write_text("")
+
+    assert job_report.main([str(run_dir)]) == 0
+    page = (run_dir / "report.html").read_text()
+    parser = Tags()
+    parser.feed(page)
+    assert parser.tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "span", "div",
+                           "strong", "ul", "li", "table", "tr", "th", "td", "details", "summary", "pre",
+                           "code", "a", "img"}
+    assert {"script", "i", "u", "b", "em"}.isdisjoint(parser.tags)
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "\x00" not in page and "Open MPI v1.10.7" in page
+    assert "on host <strong>&lt;i&gt;node&lt;/i&gt;</strong>" in page
+    # Link targets are percent-encoded, and still lead to the files.
+    for href in links(page).hrefs:
+        assert (run_dir / unquote(href)).is_file(), href
+
+
+@pytest.mark.parametrize("job, banner", [
+    ({"status": "failed"}, "<strong>The job failed</strong>.</div>"),
+    ({"failed": {"host": "node2"}}, "<strong>The job failed</strong>: on host <strong>node2</strong></div>"),
+    ({"rc": 3}, "<strong>The job failed</strong>: (exit status 3)</div>"),
+    ({"failed_rank": 2, "exit_code": 1},
+     "<strong>The job failed</strong>: rank <strong>2</strong> (exit status 1)</div>"),
+])
+def test_failure_banner_names_what_is_known(tmp_path, job, banner):
+    run_dir = make_run(tmp_path / "run", metrics=False, job=job)
+    assert job_report.main([str(run_dir)]) == 0
+    assert banner in (run_dir / "report.html").read_text()
+
+
+def test_template_environment_escapes():
+    environment = job_report.template_environment()
+    assert environment.autoescape is True
+    page = environment.from_string("<p>{{ text }}</p>").render(text="it's <b>\x00")
+    assert page == "<p>it&#x27;s &lt;b&gt;</p>"
+
+
+def test_runs_from_any_working_directory(tmp_path):
+    run_dir = make_run(tmp_path / "run", metrics=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run([str(PYTHON), str(TOOL), str(run_dir)], capture_output=True, text=True,
+                            timeout=60, cwd=str(elsewhere))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == str(run_dir / "report.html")
+    assert "<h2>Summary</h2>" in (run_dir / "report.html").read_text()
