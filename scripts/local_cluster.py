@@ -47,6 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_INVENTORY = ROOT / "inventory" / "local"
 
@@ -240,12 +242,12 @@ def pyenv_python(version="3.6.15"):
 
 
 def cached_python_sources(cache_dir, matrix_file=ROOT / "matrix" / "cntk.yml", python="3.6"):
-    """True when the pinned CPython and OpenSSL source tarballs are already in the artifact cache."""
-    text = matrix_file.read_text()
-    python_file = re.search(rf'(?ms)^python_source:.*?^  "{re.escape(python)}":\s*\n\s*file: (\S+)', text)
-    openssl_file = re.search(r"(?ms)^openssl_source:.*?^\s+file: (\S+)", text)
-    return bool(python_file and openssl_file and (cache_dir / python_file.group(1)).is_file()
-                and (cache_dir / openssl_file.group(1)).is_file())
+    """True when the pinned CPython and the OpenSSL it is built against are already in the artifact cache."""
+    matrix = yaml.safe_load(matrix_file.read_text())
+    pin = matrix["python_source"][python]
+    files = [pin["file"]] + [entry["file"] for entry in matrix["openssl_source"].values()
+                             if entry.get("series") == pin.get("openssl_max")]
+    return len(files) == 2 and all((cache_dir / name).is_file() for name in files)
 
 
 def backend_settings(wanted, cache_dir=ROOT / ".cache" / "artifacts", python_prefix=None):
