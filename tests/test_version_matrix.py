@@ -104,7 +104,7 @@ def test_pypi_wheels_are_all_pinned_and_named_for_their_python(matrix):
 
 
 def test_the_known_cntk_wheel_hashes_are_the_pinned_ones(matrix):
-    # Also pinned by scripts/cntk_api_check.py; the two must agree.
+    # The wheel the real-wheel tests install with --require-hashes (tests/training/cntk_env.py).
     wheel = matrix["cntk"]["2.7"]["wheels"]["cpu"]["3.6"]
     assert wheel["file"] == "cntk-2.7.post2-cp36-cp36m-manylinux1_x86_64.whl"
     assert wheel["sha256"] == "71133245e10cdc1eca0b44b5fe241b2c97d0c16b8e12425896541a94ab1b5589"

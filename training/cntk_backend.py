@@ -3,9 +3,10 @@
 This is the production path on real clusters. It runs inside the CNTK
 interpreter (CPython 3.6 with Open MPI 1.10), so it must stay valid Python
 3.6: no walrus, no f"{x=}", no dataclasses, no subscripted builtins such as
-list[int] at run time. Its calls are checked against the real cntk 2.7
-wheel's Python sources by scripts/cntk_api_check.py (tests/cntk_api/), and
-tests/training/test_cntk_mpi.py runs it on the real CPU wheel under mpirun.
+list[int] at run time. tests/training/test_cntk_api.py looks up every cntk
+name it reads and binds every cntk call it makes on the real cntk 2.7 CPU
+wheel (taken branches or not), and tests/training/test_cntk_mpi.py runs it
+on that wheel under mpirun.
 
 Launched once per rank by mpirun, e.g.
 

@@ -137,9 +137,6 @@ def venv(mpi_dir):
                                         for name, version, _, sha256 in entries))
         command = [str(building / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
                    "--require-hashes", "--only-binary", ":all:", "-r", str(requirements)]
-        # The API check (tests/cntk_api) keeps the pinned wheel here: no second download.
-        if (CACHE / "cntk-wheel").is_dir():
-            command += ["--find-links", str(CACHE / "cntk-wheel")]
         result = subprocess.run(command, capture_output=True, text=True, timeout=1800)
         if result.returncode != 0:
             shutil.rmtree(str(building), ignore_errors=True)
