@@ -117,7 +117,7 @@ def main():
                    check=True, capture_output=True)
     nodes = [(f"node{i + 1}", f"127.0.0.{31 + i}") for i in range(args.nodes)]
     site = [PLAYBOOK, "-i", str(INVENTORY)]
-    data_vars = ["-e", json.dumps({"dataset_name": DATASET, "dataset_generate": "",
+    data_vars = ["-e", json.dumps({"cluster_dataset_name": DATASET, "dataset_generate": "",
                                    "dataset_train_source": str(source), "dataset_test_source": str(test)})]
     measured(site + ["playbooks/preflight.yml", "playbooks/provision.yml", "playbooks/ssh.yml"], env=env)
 

@@ -25,7 +25,7 @@ that needs no trust on first use).
 
 Every node mounts .cluster/NAME/shared at /shared, read-write, as a cluster's
 shared filesystem (NFS, Lustre) would be: the data step can use it instead of
-sending shards (dataset_shared_dir).
+sending shards (cluster_dataset_shared_dir).
 
 `--name NAME --first-address A` runs a second, separate cluster (the tests use
 one, so that they never touch yours); its inventory is .cluster/NAME/inventory,
@@ -204,7 +204,7 @@ def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artif
         f"    ssh_mesh_key_dir: {secrets_dir}",
     ]
     if artifacts_dir:
-        out.append(f"    train_job_artifacts_dir: {artifacts_dir}")
+        out.append(f"    cluster_artifacts_dir: {artifacts_dir}")
     for name, value in (backend or {}).items():
         out.append(f"    {name}: {json.dumps(value)}")
     out += [

@@ -126,9 +126,9 @@ def test_unknown_backend_is_named():
 
 
 def test_openmpi_standin_only_when_asked_by_name():
-    [problem] = problems(*inventory(gpu01={"cluster_backend": "cntk", "openmpi_install_method": "standin"}))
+    [problem] = problems(*inventory(gpu01={"cluster_backend": "cntk", "cluster_mpi_method": "standin"}))
     assert "cluster_openmpi_standin: true" in problem
-    assert problems(*inventory(gpu01={"cluster_backend": "cntk", "openmpi_install_method": "standin",
+    assert problems(*inventory(gpu01={"cluster_backend": "cntk", "cluster_mpi_method": "standin",
                                       "cluster_openmpi_standin": True})) == []
 
 

@@ -44,6 +44,7 @@ IGNORED_PREFIX = "ansible_"
 # How close a name's head must be to a role's name to count as a typo of it (train_jobs ~ train_job).
 PREFIX_CUTOFF = 0.85
 SET_FACT = ("set_fact", "ansible.builtin.set_fact", "ansible.legacy.set_fact")
+INCLUDE_VARS = ("include_vars", "ansible.builtin.include_vars", "ansible.legacy.include_vars")
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
@@ -75,7 +76,7 @@ def _mapping(path):
 
 
 def _set_by_tasks(node, found):
-    """Names that set_fact and register set anywhere in a task file or play (blocks and all)."""
+    """Names that set_fact, register and include_vars (name:) set anywhere in a task file or play."""
     if isinstance(node, list):
         for item in node:
             _set_by_tasks(item, found)
@@ -83,6 +84,8 @@ def _set_by_tasks(node, found):
         for key, value in node.items():
             if key in SET_FACT and isinstance(value, dict):
                 found.update(str(name) for name in value if name != "cacheable")
+            elif key in INCLUDE_VARS and isinstance(value, dict) and isinstance(value.get("name"), str):
+                found.add(value["name"])
             elif key == "register" and isinstance(value, str):
                 found.add(value)
             else:

@@ -269,7 +269,7 @@ def cntk_stack(matrix, request=None):
     msmpi_version = str(release.get("msmpi"))
     msmpi = _pin(_section(matrix, "msmpi")[msmpi_version], version=msmpi_version)
 
-    return {
+    return _checked_stack({
         "cntk": {"version": version, "wheel_version": str(release["wheel_version"]), "device": device,
                  "package": package},
         "wheel": wheel,
@@ -290,7 +290,33 @@ def cntk_stack(matrix, request=None):
         },
         "forced": force,
         "warnings": warnings,
-    }
+    })
+
+
+# The resolved stack's shape, which the roles read as the fact cluster_stack
+# (roles/cluster/README.md): every key always present; the sections that can
+# be absent (no GPU, no OS facts) are None, never a missing key.
+STACK_SHAPE = {
+    "cntk": {"version", "wheel_version", "device", "package"},
+    "wheel": None, "wheel_deps": None,
+    "python": {"version", "abi", "pinned", "build_from_source", "reason", "packages", "source", "openssl",
+               "openssl_needed"},
+    "cuda": None, "cudnn": None, "nccl": None, "driver_min": None, "min_compute_capability": None,
+    "openmpi": None, "mpi4py": None, "msmpi": None,
+    "os": {"name", "support", "nvidia_repo"},
+    "forced": None, "warnings": None,
+}
+
+
+def _checked_stack(stack):
+    """The stack, after checking it has exactly STACK_SHAPE's keys."""
+    if set(stack) != set(STACK_SHAPE):
+        raise AnsibleFilterError(f"cntk_stack: keys {sorted(set(stack) ^ set(STACK_SHAPE))} differ from STACK_SHAPE")
+    for key, fields in STACK_SHAPE.items():
+        if fields is not None and stack[key] is not None and set(stack[key]) != fields:
+            raise AnsibleFilterError(
+                f"cntk_stack: {key} has keys {sorted(stack[key])}, STACK_SHAPE says {sorted(fields)}")
+    return stack
 
 
 def cntk_stack_problem(matrix, request=None):

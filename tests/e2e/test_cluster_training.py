@@ -205,7 +205,8 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
     source.mkdir(parents=True, exist_ok=True)
     for name in ("train.ctf", "test.ctf"):
         (source / name).write_bytes((ROOT / ".cache" / "datasets" / "digits" / name).read_bytes())
-    shared = json.dumps({"dataset_shared_dir": "/shared/shards", "dataset_shared_source": "/shared/src/train.ctf",
+    shared = json.dumps({"cluster_dataset_shared_dir": "/shared/shards",
+                         "dataset_shared_source": "/shared/src/train.ctf",
                          "dataset_shared_test": "/shared/src/test.ctf", "train_job_name": "e2e-shared"})
     before = {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
     result = ansible_playbook("data.yml", "-e", shared)
@@ -221,3 +222,20 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
     assert before == {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
     again = ansible_playbook("data.yml", "-e", shared)
     assert all(counts["changed"] == 0 for counts in recap(again.stdout).values())
+
+
+def test_a_renamed_data_set_is_written_and_trained_under_its_name(cluster):
+    """cluster_dataset_name is decided once (role cluster): the data play writes
+    /srv/cntk/data/<name> and the train play reads it, and the job takes its name."""
+    source = ROOT / ".cache" / "datasets" / "speech"
+    source.mkdir(parents=True, exist_ok=True)
+    for name in ("train.ctf", "test.ctf"):
+        (source / name).write_bytes((ROOT / ".cache" / "datasets" / "digits" / name).read_bytes())
+    renamed = json.dumps({"cluster_dataset_name": "speech", "dataset_generate": ""})
+    ansible_playbook("data.yml", "-e", renamed)
+    for node in NODES:
+        assert "manifest.json" in on_node(node, "ls /srv/cntk/data/speech").split()
+    ansible_playbook("train.yml", "-e", renamed)
+    run = ARTIFACTS / "speech-softmax" / "latest"
+    assert "--data-dir /srv/cntk/data/speech" in json.loads((run / "job.json").read_text())["command"]
+    assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90

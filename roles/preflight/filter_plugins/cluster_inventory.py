@@ -48,7 +48,7 @@ def _cluster_wide(first_vars):
     # The Open MPI stand-in (the distribution's Open MPI under the 1.10
     # sonames) is for test machines only: it runs only when asked for by name.
     standin = first_vars.get("cluster_openmpi_standin", False)
-    method = first_vars.get("openmpi_install_method")
+    method = first_vars.get("cluster_mpi_method")
     if not isinstance(standin, bool):
         problems.append(f"cluster_openmpi_standin={standin!r}: set true or false")
     elif standin and backend != "cntk":
@@ -57,9 +57,9 @@ def _cluster_wide(first_vars):
             "backend's wheel; remove cluster_openmpi_standin or set cluster_backend: cntk")
     elif method == "standin" and not standin:
         problems.append(
-            "openmpi_install_method=standin without cluster_openmpi_standin: true: the stand-in is Open MPI 4.x "
+            "cluster_mpi_method=standin without cluster_openmpi_standin: true: the stand-in is Open MPI 4.x "
             "posing as 1.10 for test machines; set cluster_openmpi_standin: true to ask for it, or remove "
-            "openmpi_install_method to build the pinned Open MPI 1.10")
+            "cluster_mpi_method to build the pinned Open MPI 1.10")
     interface = first_vars.get("cluster_mpi_interface")
     if not interface or not isinstance(interface, str):
         problems.append(
