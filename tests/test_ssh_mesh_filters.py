@@ -36,4 +36,4 @@ def test_node_without_host_key_facts_is_an_error():
 
 def test_from_option_lists_each_cluster_address_once():
     hostvars = {"a": {"cluster_address": "10.9.0.1"}, "b": {"ansible_host": "10.9.0.2"}, "c": {"cluster_address": "10.9.0.1"}}
-    assert ssh_from_option(["a", "b", "c"], hostvars) == 'from="10.9.0.1,10.9.0.2"'
+    assert ssh_from_option(["a", "b", "c"], hostvars) == 'restrict,from="10.9.0.1,10.9.0.2"'

@@ -112,6 +112,25 @@ def test_the_driver_role_alone_refuses_a_gpu_node_without_a_gpu_before_any_chang
     assert installed("node1") == {}
 
 
+def test_a_key_file_holding_another_key_too_is_refused_before_any_change(world, tmp_path):
+    """apt trusts every key of the keyring file: the pinned key plus any other is refused."""
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+    subprocess.run(gpg + ["--quick-gen-key", "intruder <intruder@example.invalid>", "ed25519"], check=True,
+                   capture_output=True)
+    intruder = subprocess.run(gpg + ["--armor", "--export"], check=True, capture_output=True).stdout
+    (world["repo"] / "test-double-plus.asc").write_bytes((world["repo"] / "test-double.asc").read_bytes() + intruder)
+    url = f"http://127.0.0.1:{world['server'].server_address[1]}/test-double-plus.asc"
+    result = provision(world, "-e", "nvidia_driver_without_gpu=true", "-e", f"cluster_nvidia_repo_key_url={url}")
+    assert result.returncode != 0
+    assert "refusing to trust it (apt would trust every key in it)" in result.stdout, result.stdout[-5000:]
+    code, _ = on_node("node1", "test -e /etc/apt/keyrings/cntk-nvidia.asc")
+    assert code != 0, "the key file was installed"
+    # Nor does the refused file stay in the controller's cache under the pinned key's name.
+    assert not list((world["tmp"] / "artifacts").glob("nvidia-apt-key-*.asc"))
+
+
 def test_pinned_versions_are_installed_and_held_not_the_newer_ones(world):
     result = provision(world, "-e", "nvidia_driver_without_gpu=true")
     assert result.returncode == 0, result.stdout[-6000:]

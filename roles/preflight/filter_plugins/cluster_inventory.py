@@ -11,6 +11,12 @@ import re
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 IGNORED_HOSTS = {"localhost", "127.0.0.1"}
+# Names that become a folder on the nodes and on the controller, a shell word
+# in run.sh or a line of the hostfile: one path component, no '..', no
+# whitespace or newline.
+PATH_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
 def _is_positive_int(value):
@@ -22,14 +28,14 @@ def _cluster_wide(first_vars):
     name = first_vars.get("cluster_name")
     if name is None:
         problems.append("cluster_name is not set: set it in group_vars/all.yml (for example `cluster_name: rack1`)")
-    elif not isinstance(name, str) or not NAME_RE.match(name):
+    elif not isinstance(name, str) or not NAME_RE.fullmatch(name):
         problems.append(
             f"cluster_name={name!r} is not a short name: use lower-case letters, digits, '-' or '_' (for example rack1)"
         )
     user = first_vars.get("cluster_training_user")
     if user is None:
         problems.append("cluster_training_user is not set: set it in group_vars/all.yml (for example `cntk`)")
-    elif not isinstance(user, str) or not USER_RE.match(user) or user == "root":
+    elif not isinstance(user, str) or not USER_RE.fullmatch(user) or user == "root":
         problems.append(
             f"cluster_training_user={user!r}: the job runs as an unprivileged user; "
             "choose a valid user name other than root (for example cntk)"
@@ -69,6 +75,29 @@ def _cluster_wide(first_vars):
     return problems
 
 
+def _names(first_vars):
+    """Values that become paths, shell words or file lines: one safe form each."""
+    problems = []
+    for name in ("cluster_dataset_name", "train_job_name"):
+        value = first_vars.get(name)
+        if value is not None and (not isinstance(value, str) or not PATH_NAME_RE.fullmatch(value) or ".." in value):
+            problems.append(f"{name}={value!r} names a folder on the nodes and on the controller: use one name of "
+                            "letters, digits, '.', '-' or '_' (no '/', '..', spaces or newlines), e.g. digits")
+    args = first_vars.get("train_job_args")
+    model = args.get("model") if isinstance(args, dict) else None
+    if model is not None and (not isinstance(model, str) or not PATH_NAME_RE.fullmatch(model) or ".." in model):
+        problems.append(f"train_job_args.model={model!r} is part of the job's name (a folder): use letters, "
+                        "digits, '.', '-' or '_'")
+    env = first_vars.get("train_job_env")
+    if env is not None and not isinstance(env, dict):
+        problems.append(f"train_job_env={env!r}: give a mapping of environment variable names to values")
+    for key in env if isinstance(env, dict) else ():
+        if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
+            problems.append(f"train_job_env has the name {key!r}: an environment variable name is letters, digits "
+                            "and '_', not starting with a digit")
+    return problems
+
+
 def cluster_inventory_problems(hostvars, groups):
     problems = []
     nodes = list(groups.get("cluster", []))
@@ -90,6 +119,11 @@ def cluster_inventory_problems(hostvars, groups):
             problems.append(f"{host} is in `training` but not in `cluster`: make `training` a child of `cluster`")
 
     problems += _cluster_wide(hostvars[nodes[0]])
+    problems += _names(hostvars[nodes[0]])
+    for host in nodes:
+        if not HOST_RE.fullmatch(host):
+            problems.append(f"{host!r} is not a host name (letters, digits, '.', '-', '_'): it becomes a line of "
+                            "the MPI hostfile and of /etc/hosts; rename it in the inventory")
 
     seen_names, seen_addresses, seen_endpoints = {}, {}, {}
     interface = hostvars[nodes[0]].get("cluster_mpi_interface")

@@ -1,0 +1,68 @@
+"""What the training user and a rotated key can do to the SSH mesh, on a
+2-node local cluster of its own (`sec`, 127.0.0.71..): root never acts
+through the user's ~/.ssh, and the cluster key is the only key admitted."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from cluster_helpers import ansible_playbook, node_shell  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "sec"
+INVENTORY = ROOT / ".cluster" / NAME / "inventory"
+TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+KEYS = ROOT / ".secrets" / NAME
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
+
+
+def on_node(node, command):
+    result = node_shell(NAME, node, command)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def mesh(*extra, check=True):
+    return ansible_playbook(INVENTORY, "site.yml", "--tags", "preflight,base,ssh", *extra, check=check)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.71", "--nodes=2", "--backend=numpy"],
+                   check=True, capture_output=True, text=True)
+    mesh()
+    yield
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+
+
+def test_a_rotated_cluster_key_leaves_the_old_one_refused(cluster):
+    old = (KEYS / "id_ed25519.pub").read_text().split()[1]
+    assert old in on_node("node2", "cat /home/cntk/.ssh/authorized_keys")
+    shutil.rmtree(KEYS)
+    mesh()
+    new = (KEYS / "id_ed25519.pub").read_text().split()[1]
+    admitted = on_node("node2", "cat /home/cntk/.ssh/authorized_keys")
+    assert new in admitted and old not in admitted
+    assert admitted.startswith("restrict,from=")
+    # The new key works across the mesh, host keys checked.
+    assert on_node("node1", "su cntk -c 'ssh -o BatchMode=yes node2 hostname'").strip() == "node2"
+
+
+def test_a_symlinked_ssh_folder_does_not_make_root_write_or_chown_elsewhere(cluster):
+    # The training user points ~/.ssh at a folder root owns.
+    on_node("node1", "mkdir -p /etc/cntk-victim && echo keep > /etc/cntk-victim/file && chmod 755 /etc/cntk-victim")
+    on_node("node1", "su cntk -c 'mv /home/cntk/.ssh /home/cntk/.ssh.moved && ln -s /etc/cntk-victim /home/cntk/.ssh'")
+    try:
+        mesh(check=False)
+        assert on_node("node1", "stat -c '%U:%G %a' /etc/cntk-victim").strip() == "root:root 755"
+        assert on_node("node1", "ls /etc/cntk-victim").split() == ["file"]
+    finally:
+        on_node("node1", "rm /home/cntk/.ssh && mv /home/cntk/.ssh.moved /home/cntk/.ssh")
+    mesh()
