@@ -68,3 +68,20 @@ def test_windows_playbook_passes_syntax_check_on_a_windows_inventory(tmp_path):
         tmp_path, {}, {"win1": {"ansible_host": "127.0.0.92", "cluster_address": "127.0.0.92"}})
     result = ansible_playbook("--syntax-check", "-i", str(inventory), str(PLAYBOOK))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_task_file_passes_syntax_check(tmp_path):
+    """--syntax-check does not follow include_tasks, so a play importing every
+    task file of every role reaches the per-platform ones (tasks/*-Windows.yml)."""
+    inventory = write_inventory(
+        tmp_path, {}, {"win1": {"ansible_host": "127.0.0.92", "cluster_address": "127.0.0.92"}})
+    task_files = sorted((ROOT / "roles").glob("*/tasks/*.yml"))
+    assert ROOT / "roles" / "dataset" / "tasks" / "node-Windows.yml" in task_files
+    imports = [{"name": f"Import {path.parent.parent.name} {path.name}",
+                "ansible.builtin.import_role": {"name": path.parent.parent.name, "tasks_from": path.name}}
+               for path in task_files]
+    playbook = tmp_path / "every_task_file.yml"
+    playbook.write_text(yaml.safe_dump([{"name": "Every task file", "hosts": "all", "gather_facts": False,
+                                         "tasks": imports}], sort_keys=False))
+    result = ansible_playbook("--syntax-check", "-i", str(inventory), str(playbook))
+    assert result.returncode == 0, result.stdout + result.stderr
