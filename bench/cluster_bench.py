@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure the local cluster's setup side by side, in one run.
 
-    bench/cluster_bench.py [--nodes 4]
+    bench/cluster_bench.py [--nodes 4] [--backend numpy|cntk] [--compare DIR]
 
 Uses a cluster of its own (`bench`, 127.0.0.31..), so a running local cluster
 is left alone. Measures, with the node image already cached (it is built
@@ -10,7 +10,15 @@ first if missing, and that build is timed apart):
   1. cluster up from the cached image,
   2. the first `ansible-playbook site.yml` on fresh nodes,
   3. the second `site.yml` on the converged cluster (must report changed=0),
-  4. cluster down.
+  4. cluster down,
+
+and, on the converged run, the tasks each host walked (ok, skipped) and the
+roles they came from: a numpy cluster must walk no task of the cntk stack's
+roles and a cntk cluster none of the numpy runtime's.
+
+--compare DIR runs the same sequence with another checkout of the project
+first (e.g. `git worktree add /tmp/before <commit>`), so the two sets of
+figures come from one run, side by side.
 
 Writes bench/results/cluster.json and bench/results/cluster.md.
 """
@@ -32,9 +40,9 @@ NAME = "bench"
 FIRST_ADDRESS = "127.0.0.31"
 
 
-def timed(cmd, **kwargs):
+def timed(cmd, cwd=ROOT, **kwargs):
     start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, **kwargs)
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, **kwargs)
     seconds = time.monotonic() - start
     if result.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -50,32 +58,51 @@ def recap_totals(output):
     return totals
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=4)
-    args = parser.parse_args()
+# Roles only one backend may run.
+BACKEND_ROLES = {
+    "numpy": {"numpy_runtime"},
+    "cntk": {"cpython", "cntk", "nvidia_driver", "nvidia_apt", "cuda", "cudnn", "nccl", "source_build"},
+}
 
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+
+def walked(output):
+    """Per host: ok and skipped counts of the PLAY RECAP; and the roles whose tasks ran or were skipped."""
+    recap = output.split("PLAY RECAP")[-1]
+    hosts = {}
+    for line in recap.splitlines():
+        match = re.match(r"^(\S+)\s+:\s+(.*)$", line)
+        if match:
+            counts = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2)))
+            hosts[match.group(1)] = {"ok": counts.get("ok", 0), "skipped": counts.get("skipped", 0)}
+    roles = sorted(set(re.findall(r"^TASK \[([a-z_]+) : ", output, flags=re.M)))
+    return hosts, roles
+
+
+def measure(project, args, env):
+    """The bench's sequence with the project checkout at `project`."""
     playbook = [str(Path(sys.executable).with_name("ansible-playbook")),
-                "-i", str(ROOT / ".cluster" / NAME / "inventory"), "site.yml"]
-    up = TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", f"--nodes={args.nodes}", "--backend=numpy"]
-    down = TOOL + ["down", f"--name={NAME}"]
+                "-i", str(project / ".cluster" / NAME / "inventory"), "site.yml"]
+    tool = [sys.executable, str(project / "scripts" / "local_cluster.py")]
+    up = tool + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", f"--nodes={args.nodes}",
+                 f"--backend={args.backend}"]
+    down = tool + ["down", f"--name={NAME}"]
+    env = dict(env, ANSIBLE_CONFIG=str(project / "ansible.cfg"))
 
-    timed(down)
+    timed(down, project)
     # First up: builds the image if it is missing; not the figure we report.
-    image_seconds, _ = timed(up)
-    timed(down)
+    image_seconds, _ = timed(up, project)
+    timed(down, project)
 
-    up_seconds, _ = timed(up)
-    first_seconds, first_out = timed(playbook, env=env)
-    second_seconds, second_out = timed(playbook, env=env)
-    down_seconds, _ = timed(down)
+    up_seconds, _ = timed(up, project)
+    first_seconds, first_out = timed(playbook, project, env=env)
+    second_seconds, second_out = timed(playbook, project, env=env)
+    down_seconds, _ = timed(down, project)
 
     first, second = recap_totals(first_out), recap_totals(second_out)
-    figures = {
-        "nodes": args.nodes,
-        "machine": f"{platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}",
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    hosts, roles = walked(second_out)
+    other = "cntk" if args.backend == "numpy" else "numpy"
+    return {
+        "project": str(project),
         "first_up_with_image_check_s": round(image_seconds, 1),
         "up_cached_image_s": round(up_seconds, 1),
         "site_first_s": round(first_seconds, 1),
@@ -84,24 +111,66 @@ def main():
         "site_second_changed": second["changed"],
         "second_to_first_ratio": round(second_seconds / first_seconds, 2),
         "down_s": round(down_seconds, 1),
+        "second_tasks_per_host": hosts,
+        "second_roles": roles,
+        "second_other_backend_roles": sorted(set(roles) & BACKEND_ROLES[other]),
+    }
+
+
+def rows_of(figures):
+    hosts = figures["second_tasks_per_host"]
+    ok = sorted({counts["ok"] for counts in hosts.values()})
+    skipped = sorted({counts["skipped"] for counts in hosts.values()})
+    return [
+        ("local cluster up, cached image", f"{figures['up_cached_image_s']} s"),
+        ("first site.yml", f"{figures['site_first_s']} s, changed={figures['site_first_changed']}"),
+        ("second site.yml", f"{figures['site_second_s']} s, changed={figures['site_second_changed']}"),
+        ("second / first", f"{figures['second_to_first_ratio']}"),
+        ("second site.yml: tasks ok per host", "/".join(map(str, ok))),
+        ("second site.yml: tasks skipped per host", "/".join(map(str, skipped))),
+        ("second site.yml: other backend's roles walked", ", ".join(figures["second_other_backend_roles"]) or "none"),
+        ("local cluster down", f"{figures['down_s']} s"),
+    ]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--backend", choices=["numpy", "cntk"], default="numpy")
+    parser.add_argument("--compare", metavar="DIR", help="another checkout of the project, measured first")
+    args = parser.parse_args()
+
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    runs = {}
+    if args.compare:
+        runs["before"] = measure(Path(args.compare).resolve(), args, env)
+    runs["now"] = measure(ROOT, args, env)
+
+    figures = {
+        "nodes": args.nodes,
+        "backend": args.backend,
+        "machine": f"{platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "runs": runs,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "cluster.json").write_text(json.dumps(figures, indent=2) + "\n")
-    rows = [
-        ("local cluster up, cached image", f"{figures['up_cached_image_s']} s", ""),
-        ("first site.yml", f"{figures['site_first_s']} s", f"changed={first['changed']}"),
-        ("second site.yml", f"{figures['site_second_s']} s", f"changed={second['changed']}"),
-        ("second / first", f"{figures['second_to_first_ratio']}", ""),
-        ("local cluster down", f"{figures['down_s']} s", ""),
-    ]
-    table = ["| step | time | result |", "| --- | --- | --- |"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    labels = list(runs)
+    table = ["| step | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
+    columns = [rows_of(runs[label]) for label in labels]
+    for index, (step, _) in enumerate(columns[0]):
+        table.append(f"| {step} | " + " | ".join(column[index][1] for column in columns) + " |")
+    notes = "".join(f"\n{label}: {runs[label]['project']}" for label in labels)
     (RESULTS / "cluster.md").write_text(
-        f"# Local cluster setup, {args.nodes} nodes\n\n{figures['machine']}, {figures['date']}\n\n"
-        + "\n".join(table) + "\n"
+        f"# Local cluster setup, {args.nodes} nodes, {args.backend} backend\n\n{figures['machine']}, "
+        f"{figures['date']}\n{notes}\n\n" + "\n".join(table) + "\n"
     )
     print("\n".join(table))
-    if second["changed"] != 0:
-        sys.exit(f"second site.yml reported changed={second['changed']}: not idempotent")
+    now = runs["now"]
+    if now["site_second_changed"] != 0:
+        sys.exit(f"second site.yml reported changed={now['site_second_changed']}: not idempotent")
+    if now["second_other_backend_roles"]:
+        sys.exit(f"the converged {args.backend} run walked tasks of {now['second_other_backend_roles']}")
     return 0
 
 
