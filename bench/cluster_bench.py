@@ -101,8 +101,10 @@ def measure(project, args, env):
     first, second = recap_totals(first_out), recap_totals(second_out)
     hosts, roles = walked(second_out)
     other = "cntk" if args.backend == "numpy" else "numpy"
+    commit = subprocess.run(["git", "-C", str(project), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
     return {
-        "project": str(project),
+        "project": f"{project} (commit {commit or 'unknown'})",
         "first_up_with_image_check_s": round(image_seconds, 1),
         "up_cached_image_s": round(up_seconds, 1),
         "site_first_s": round(first_seconds, 1),
