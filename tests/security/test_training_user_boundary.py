@@ -66,3 +66,17 @@ def test_a_symlinked_ssh_folder_does_not_make_root_write_or_chown_elsewhere(clus
     finally:
         on_node("node1", "rm /home/cntk/.ssh && mv /home/cntk/.ssh.moved /home/cntk/.ssh")
     mesh()
+
+
+def test_a_symlinked_data_folder_does_not_make_root_write_or_chown_elsewhere(cluster):
+    ansible_playbook(INVENTORY, "playbooks/data.yml")
+    on_node("node1", "mkdir -p /etc/cntk-victim2 && chmod 755 /etc/cntk-victim2")
+    on_node("node1", "su cntk -c 'rm -rf /srv/cntk/data/digits && ln -s /etc/cntk-victim2 /srv/cntk/data/digits'")
+    try:
+        ansible_playbook(INVENTORY, "playbooks/data.yml", check=False)
+        assert on_node("node1", "stat -c '%U:%G %a' /etc/cntk-victim2").strip() == "root:root 755"
+        assert on_node("node1", "ls -A /etc/cntk-victim2").split() == []
+    finally:
+        on_node("node1", "rm -f /srv/cntk/data/digits")
+    ansible_playbook(INVENTORY, "playbooks/data.yml")
+    assert "manifest.json" in on_node("node1", "ls /srv/cntk/data/digits").split()
