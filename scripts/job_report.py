@@ -4,7 +4,8 @@
     job_report.py RUN_DIR
 
 RUN_DIR (artifacts/<job>/<run-id>/ on the controller) holds what the job
-fetched back; every file is optional:
+fetched back, as scripts/job_files.py names it and roles/train_job/README.md
+("The run directory") specifies it; every file is optional:
 
     metrics.jsonl     rank 0's progress records, one JSON object a line:
                       step, epoch, samples, loss, metric (training error
@@ -17,10 +18,9 @@ fetched back; every file is optional:
     model.npz | model.cntk
     logs/...          every rank's log files, in any nested layout
                       (logs/node1/rank.0/stdout, logs/node2/1/rank.3/stderr)
-    job.json          the job: name (or job), run_id, command (list or
-                      string), hostfile, fingerprint, started, finished,
-                      exit_status (or status/rc/exit_code), failed_rank and
-                      failed_host (or failed: {rank, host})
+    job.json          the job: job (its name), run_id, command (a string),
+                      hostfile, fingerprint, stand_ins, rc (the launcher's
+                      exit code), failed_rank, failed_host
 
 It writes RUN_DIR/plot.png (loss and training accuracy against step,
 1000x500 px, matplotlib's Agg) and RUN_DIR/report.html (one page, inline CSS,
@@ -45,7 +45,6 @@ import json
 import math
 import os
 import re
-import shlex
 import sys
 import tempfile
 from collections import OrderedDict
@@ -54,13 +53,16 @@ from urllib.parse import quote
 import jinja2
 from markupsafe import Markup
 
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-JOB_FILE = "job.json"
-LOGS_DIR = "logs"
-PLOT_FILE = "plot.png"
-REPORT_FILE = "report.html"
-MODEL_FILES = ("model.npz", "model.cntk")
+import job_files
+from job_files import number, read_json, read_metrics
+
+METRICS_FILE = job_files.METRICS
+SUMMARY_FILE = job_files.SUMMARY
+JOB_FILE = job_files.JOB
+LOGS_DIR = job_files.LOGS_DIR
+PLOT_FILE = job_files.PLOT
+REPORT_FILE = job_files.REPORT
+MODEL_FILES = job_files.MODELS
 
 PLOT_SIZE_PX = (1000, 500)
 PLOT_DPI = 100
@@ -74,72 +76,13 @@ SUMMARY_KEYS_SHOWN = {
 }
 # job.json keys the job table shows; the rest go under "more".
 JOB_KEYS_SHOWN = {
-    "name", "job", "job_name", "run_id", "run", "command", "command_line", "cmd",
-    "hostfile", "fingerprint", "started", "finished", "exit_status", "status",
-    "rc", "exit_code", "returncode", "failed_rank", "failed_host", "failed", "stand_ins",
+    job_files.JOB_NAME, job_files.JOB_RUN_ID, job_files.JOB_COMMAND, job_files.JOB_HOSTFILE,
+    job_files.JOB_FINGERPRINT, job_files.JOB_RC, job_files.JOB_FAILED_RANK, job_files.JOB_FAILED_HOST,
+    job_files.JOB_STAND_INS,
 }
 
 
 # ---------------------------------------------------------------- reading
-
-def read_json(path):
-    """(document, problem): the parsed file, or None and why not."""
-    if not os.path.exists(path):
-        return None, "missing"
-    try:
-        with open(path, encoding="utf-8", errors="replace") as source:
-            document = json.load(source)
-    except (OSError, ValueError) as error:
-        return None, "unreadable ({})".format(error)
-    if not isinstance(document, dict):
-        return None, "not a JSON object"
-    return document, None
-
-
-def read_metrics(path):
-    """(records, skipped, problem): the records that have a step, in file order.
-
-    A job that died mid-write can leave a truncated last line; such lines
-    are skipped and counted, never fatal.
-    """
-    if not os.path.exists(path):
-        return [], 0, "missing"
-    records, skipped = [], 0
-    try:
-        with open(path, encoding="utf-8", errors="replace") as source:
-            for line in source:
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    skipped += 1
-                    continue
-                if not isinstance(record, dict) or number(record.get("step")) is None:
-                    skipped += 1
-                    continue
-                records.append(record)
-    except OSError as error:
-        return [], 0, "unreadable ({})".format(error)
-    if not records:
-        return [], skipped, "empty" if not skipped else "no readable record"
-    return records, skipped, None
-
-
-def number(value):
-    """value as a finite float, or None (booleans, strings, NaN are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def first_of(document, *keys):
-    for key in keys:
-        if document.get(key) is not None:
-            return document[key]
-    return None
-
 
 def list_files(run_dir, top):
     """Every regular file under run_dir/top, as (relative path, size), sorted
@@ -188,35 +131,20 @@ class Job(object):
     def __init__(self, run_dir, job, summary):
         job = job or {}
         summary = summary or {}
-        self.name = str(first_of(job, "name", "job", "job_name")
-                        or os.path.basename(os.path.dirname(run_dir)) or "job")
-        self.run_id = str(first_of(job, "run_id", "run") or os.path.basename(run_dir))
-        command = first_of(job, "command", "command_line", "cmd")
-        if isinstance(command, (list, tuple)):
-            command = " ".join(shlex.quote(str(part)) for part in command)
+        self.name = str(job.get(job_files.JOB_NAME) or os.path.basename(os.path.dirname(run_dir)) or "job")
+        self.run_id = str(job.get(job_files.JOB_RUN_ID) or os.path.basename(run_dir))
+        command = job.get(job_files.JOB_COMMAND)
         self.command = None if command is None else str(command)
-        failed = job.get("failed") if isinstance(job.get("failed"), dict) else {}
-        self.failed_rank = first_of(job, "failed_rank")
-        if self.failed_rank is None:
-            self.failed_rank = failed.get("rank")
-        self.failed_host = first_of(job, "failed_host")
-        if self.failed_host is None:
-            self.failed_host = failed.get("host")
-        self.exit_status = first_of(job, "exit_status", "rc", "exit_code", "returncode")
-        status = job.get("status")
-        if self.exit_status is None and isinstance(status, int) and not isinstance(status, bool):
-            self.exit_status, status = status, None
+        self.failed_rank = job.get(job_files.JOB_FAILED_RANK)
+        self.failed_host = job.get(job_files.JOB_FAILED_HOST)
+        self.exit_status = job.get(job_files.JOB_RC)
         exit_number = number(self.exit_status)
         self.failed = (self.failed_rank is not None or self.failed_host is not None
-                       or (exit_number is not None and exit_number != 0)
-                       or (isinstance(status, str) and status.lower() in
-                           ("failed", "failure", "error", "aborted", "killed", "timeout")))
-        if isinstance(status, str) and status:
-            self.status = status
-        elif self.exit_status is not None:
-            self.status = "failed" if self.failed else "succeeded"
-        elif self.failed:
+                       or (exit_number is not None and exit_number != 0))
+        if self.failed:
             self.status = "failed"
+        elif self.exit_status is not None:
+            self.status = "succeeded"
         else:
             self.status = None
         self.backend = summary.get("backend")
@@ -304,29 +232,6 @@ def fmt_value(value):
         text = json.dumps(value, sort_keys=True)
         return text if len(text) <= 300 else text[:297] + "..."
     return str(value)
-
-
-def parse_time(value):
-    """A timestamp (ISO 8601 text or seconds since the epoch) as an aware datetime, or None."""
-    if number(value) is not None:
-        try:
-            return datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc)
-        except (OverflowError, OSError, ValueError):
-            return None
-    if isinstance(value, str):
-        try:
-            parsed = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
-    return None
-
-
-def fmt_time(value):
-    parsed = parse_time(value)
-    if parsed is None:
-        return None if value is None else str(value)
-    return parsed.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
 def nodes_text(summary):
@@ -547,18 +452,10 @@ def job_rows(job, job_doc):
         rows.append(("failed rank", job.failed_rank))
     if job.failed_host is not None:
         rows.append(("failed host", job.failed_host))
-    for key in ("started", "finished"):
-        if job_doc.get(key) is not None:
-            rows.append((key, fmt_time(job_doc[key])))
-    started, finished = parse_time(job_doc.get("started")), parse_time(job_doc.get("finished"))
-    if started and finished:
-        rows.append(("job wall time", fmt_duration((finished - started).total_seconds())))
-    if job_doc.get("fingerprint") is not None:
-        rows.append(("fingerprint", fmt_value(job_doc["fingerprint"])))
-    hostfile = job_doc.get("hostfile")
+    if job_doc.get(job_files.JOB_FINGERPRINT) is not None:
+        rows.append(("fingerprint", fmt_value(job_doc[job_files.JOB_FINGERPRINT])))
+    hostfile = job_doc.get(job_files.JOB_HOSTFILE)
     if hostfile is not None:
-        if isinstance(hostfile, (list, tuple)):
-            hostfile = "\n".join(str(line) for line in hostfile)
         text = str(hostfile).strip()
         hostfile = {"text": text, "multiline": "\n" in text}
     more = [(key, fmt_value(value)) for key, value in sorted(job_doc.items()) if key not in JOB_KEYS_SHOWN]
@@ -634,7 +531,7 @@ def page_context(run_dir, job_doc, job_problem, summary, summary_problem, record
               for name in MODEL_FILES if os.path.isfile(os.path.join(run_dir, name))]
     # Stand-ins (e.g. the Open MPI 1.10 stand-in on a test cluster) are named
     # where no reader can miss them.
-    stand_ins = job_doc.get("stand_ins") if isinstance(job_doc, dict) else None
+    stand_ins = job_doc.get(job_files.JOB_STAND_INS) if isinstance(job_doc, dict) else None
     rows, more = summary_rows(summary) if not summary_problem else ([], [])
     job_table = None
     if job_doc is not None:

@@ -104,12 +104,10 @@ def links(page):
 
 @pytest.fixture
 def good_run(tmp_path):
-    job = {"name": JOB_NAME, "run_id": "20240501T100000Z",
-           "command": ["mpirun", "-np", "6", "--hostfile", "/srv/cntk/jobs/hostfile",
-                       "python", "train.py", "--backend", "numpy", "--epochs", "5"],
+    job = {"job": JOB_NAME, "run_id": "20240501T100000Z",
+           "command": "mpirun -np 6 --hostfile /srv/cntk/jobs/hostfile python train.py --backend numpy --epochs 5",
            "hostfile": "node1 slots=2\nnode2 slots=2\nnode3 slots=2\n",
-           "fingerprint": "sha256:0123abcd", "started": "2024-05-01T10:00:00Z",
-           "finished": "2024-05-01T10:00:07Z", "exit_status": 0}
+           "fingerprint": "0123abcd", "rc": 0}
     return make_run(tmp_path / "artifacts" / "digits" / "20240501T100000Z", job=job)
 
 
@@ -151,8 +149,8 @@ def test_report_of_a_good_run(good_run):
 
 def test_failed_run_names_rank_and_host(tmp_path):
     run_dir = make_run(tmp_path / "artifacts" / "digits" / "run-2", summary=False, model=None,
-                       job={"name": JOB_NAME, "run_id": "run-2", "command": "mpirun -np 6 python train.py",
-                            "exit_status": 1, "failed_rank": 2, "failed_host": "node3"})
+                       job={"job": JOB_NAME, "run_id": "run-2", "command": "mpirun -np 6 python train.py",
+                            "rc": 1, "failed_rank": 2, "failed_host": "node3"})
     traceback = run_dir / "logs" / "node3" / "1" / "rank.2"
     traceback.mkdir(parents=True)
     (traceback / "stderr").write_text("Traceback (most recent call last):\nValueError: shard-00002.ctf:7: bad <line>\n")
@@ -211,7 +209,7 @@ def test_pick_rows(count):
 def test_stand_ins_are_named_at_the_top(tmp_path):
     stand_in = "Open MPI: the distribution's Open MPI 4.x presented under the 1.10 sonames, not Open MPI 1.10.7"
     run_dir = make_run(tmp_path / "run", model="model.cntk",
-                       job={"name": JOB_NAME, "run_id": "run-3", "exit_status": 0, "stand_ins": [stand_in]})
+                       job={"job": JOB_NAME, "run_id": "run-3", "rc": 0, "stand_ins": [stand_in]})
     assert job_report.main([str(run_dir)]) == 0
     page = (run_dir / "report.html").read_text()
     banner = re.search(r"<strong>Stand-ins in this run</strong><ul>\n<li>(.*?)</li>", page).group(1)
@@ -231,9 +229,9 @@ class Tags(HTMLParser):
 def test_nothing_a_node_sends_becomes_markup(tmp_path):
     hostile = "<script>alert(1)</script>"
     run_dir = make_run(tmp_path / "run", metrics=False,
-                       job={"name": hostile, "run_id": 'a"b', "exit_status": 1, "failed_rank": 7,
+                       job={"job": hostile, "run_id": 'a"b', "rc": 1, "failed_rank": 7,
                             "failed_host": "<i>node</i>", "stand_ins": [hostile], hostile: hostile,
-                            "hostfile": [hostile, "<em>"], "command": ["echo", hostile]})
+                            "hostfile": hostile + "\n<em>", "command": "echo " + hostile})
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["versions"]["mpi"] = "Open MPI v1.10.7\x00"  # Open MPI's version string ends in a NUL
     summary["model"] = "<u>softmax</u>"
@@ -261,16 +259,25 @@ def test_nothing_a_node_sends_becomes_markup(tmp_path):
 
 
 @pytest.mark.parametrize("job, banner", [
-    ({"status": "failed"}, "<strong>The job failed</strong>.</div>"),
-    ({"failed": {"host": "node2"}}, "<strong>The job failed</strong>: on host <strong>node2</strong></div>"),
+    ({"failed_host": "node2"}, "<strong>The job failed</strong>: on host <strong>node2</strong></div>"),
     ({"rc": 3}, "<strong>The job failed</strong>: (exit status 3)</div>"),
-    ({"failed_rank": 2, "exit_code": 1},
+    ({"failed_rank": 2, "rc": 1},
      "<strong>The job failed</strong>: rank <strong>2</strong> (exit status 1)</div>"),
 ])
 def test_failure_banner_names_what_is_known(tmp_path, job, banner):
     run_dir = make_run(tmp_path / "run", metrics=False, job=job)
     assert job_report.main([str(run_dir)]) == 0
     assert banner in (run_dir / "report.html").read_text()
+
+
+def test_rc_is_the_only_exit_status(tmp_path):
+    """job.json's exit status is rc (roles/train_job/README.md); other spellings are shown, not read."""
+    run_dir = make_run(tmp_path / "run", metrics=False,
+                       job={"job": "digits", "rc": 0, "exit_status": 1, "exit_code": 1, "status": "failed"})
+    assert job_report.main([str(run_dir)]) == 0
+    page = (run_dir / "report.html").read_text()
+    assert "The job failed" not in page and "succeeded" in page
+    assert "exit_status" in page  # under the rest of job.json
 
 
 def test_template_environment_escapes():

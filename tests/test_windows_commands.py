@@ -133,16 +133,6 @@ def test_mpiexec_rejects_bad_slots_and_missing_keys():
         wc.win_mpiexec_argv({k: v for k, v in SPEC.items() if k != "wdir"})
 
 
-def test_train_args_match_the_linux_job():
-    args = wc.win_train_args({"backend": "cntk", "data_dir": r"C:\cntk\data\digits",
-                              "output_dir": r"C:\run\output", "checkpoint_dir": r"C:\ck", "resume": True,
-                              "args": {"model": "mlp", "epochs": 3, "block-momentum": True, "hidden": None}})
-    assert args == ["--backend", "cntk", "--data-dir", r"C:\cntk\data\digits",
-                    "--test-file", r"C:\cntk\data\digits\test.ctf", "--output-dir", r"C:\run\output",
-                    "--checkpoint-dir", r"C:\ck", "--resume", "--block-momentum", "--epochs", "3",
-                    "--model", "mlp"]
-
-
 def test_msmpi_version_from_banner():
     banner = "\r\nMicrosoft MPI Startup Program [Version 7.0.12437.6]\r\n\r\nLaunches an application..."
     assert wc.msmpi_version_from_output(banner) == "7.0.12437.6"

@@ -144,26 +144,6 @@ def win_mpiexec_display(spec):
     return win_cmdline(win_mpiexec_argv(masked))
 
 
-def win_train_args(spec):
-    """train.py's arguments for a Windows run (the same options train_job passes on Linux).
-
-    spec keys: backend, data_dir, output_dir, checkpoint_dir, resume, args ({name: value})."""
-    _require(spec, "backend", "data_dir", "output_dir", "checkpoint_dir")
-    argv = ["--backend", str(spec["backend"]),
-            "--data-dir", str(spec["data_dir"]),
-            "--test-file", win_join([spec["data_dir"], "test.ctf"]),
-            "--output-dir", str(spec["output_dir"]),
-            "--checkpoint-dir", str(spec["checkpoint_dir"])]
-    if spec.get("resume"):
-        argv.append("--resume")
-    for name, value in sorted((spec.get("args") or {}).items()):
-        if value is True:
-            argv.append("--" + str(name))
-        elif value not in (False, None):
-            argv += ["--" + str(name), str(value)]
-    return argv
-
-
 def msmpi_version_from_output(text):
     """'7.0.12437.6' from `mpiexec` run without arguments; '' when it printed no banner."""
     match = MSMPI_BANNER_RE.search(str(text or ""))
@@ -313,7 +293,6 @@ class FilterModule:
             "win_relpath": win_relpath,
             "win_mpiexec_argv": win_mpiexec_argv,
             "win_mpiexec_display": win_mpiexec_display,
-            "win_train_args": win_train_args,
             "msmpi_version_from_output": msmpi_version_from_output,
             "win_msiexec_argv": win_msiexec_argv,
             "win_installer_argv": win_installer_argv,

@@ -7,14 +7,20 @@ run.sh has written exit_code. On Ctrl-C it stops the job before giving up.
 Never fails itself: the role fails after collecting every rank's log.
 """
 
-import json
 import re
 import shlex
 import signal
+import sys
 import time
+from pathlib import Path
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+# Ansible loads a role's plugins by path, so they cannot import the role's
+# files: the run directory's protocol is scripts/job_files.py (its docstring says why there).
+sys.path.append(str(Path(__file__).resolve().parents[3] / "scripts"))
+import job_files  # noqa: E402
 
 display = Display()
 
@@ -77,8 +83,9 @@ class ActionModule(ActionBase):
 
     def _stop_job(self, run_dir):
         quoted = shlex.quote(run_dir)
-        self._remote(f"cd {quoted} && kill -TERM $(cat mpirun.pid) 2>/dev/null; sleep 3; "
-                     f"kill -KILL $(cat mpirun.pid) 2>/dev/null; true")
+        pid = job_files.MPIRUN_PID
+        self._remote(f"cd {quoted} && kill -TERM $(cat {pid}) 2>/dev/null; sleep 3; "
+                     f"kill -KILL $(cat {pid}) 2>/dev/null; true")
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -86,8 +93,8 @@ class ActionModule(ActionBase):
         run_dir, layout, name = args["run_dir"], args["layout"], args.get("name", "job")
         poll = max(1, int(args.get("poll_seconds", 3)))
         quoted = shlex.quote(run_dir)
-        probe = (f"cd {quoted} && touch heartbeat && cat exit_code 2>/dev/null; echo {SEPARATOR}; "
-                 f"tail -n 1 output/metrics.jsonl 2>/dev/null")
+        probe = (f"cd {quoted} && touch {job_files.HEARTBEAT} && cat {job_files.EXIT_CODE} 2>/dev/null; "
+                 f"echo {SEPARATOR}; tail -n 1 {job_files.OUTPUT_DIR}/{job_files.METRICS} 2>/dev/null")
         started = time.monotonic()
         last_record, last_line, rc = None, None, None
         # Ansible's main process ends its workers on Ctrl-C; stop the job first.
@@ -96,16 +103,13 @@ class ActionModule(ActionBase):
             while rc is None:
                 exit_text, _, metrics = self._remote(probe).partition(SEPARATOR)
                 line = metrics.strip()
-                if line and line != last_line:
-                    last_line = line
-                    try:
-                        last_record = json.loads(line)
-                        display.display(progress_line(name, last_record))
-                    except ValueError:
-                        pass  # a line being written; the next poll has it whole
-                if exit_text.strip():
-                    rc = int(exit_text.strip())
-                else:
+                record = job_files.parse_metrics_line(line) if line != last_line else None
+                # A line being written is None; the next poll has it whole.
+                if record is not None:
+                    last_line, last_record = line, record
+                    display.display(progress_line(name, record))
+                rc = job_files.parse_exit_code(exit_text)
+                if rc is None:
                     time.sleep(poll)
         except (Interrupted, KeyboardInterrupt):
             for sig in previous:
@@ -117,13 +121,15 @@ class ActionModule(ActionBase):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-        log = self._remote(f"cat {quoted}/mpirun.log {quoted}/stop_reason 2>/dev/null")
-        result.update(rc=rc, seconds=round(time.monotonic() - started, 1), last_progress=last_record,
-                      changed=False, failed=False)
+        stop_reason = f"{quoted}/{job_files.STOP_REASON}"
+        log = self._remote(f"cat {quoted}/{job_files.LAUNCHER_LOG['Linux']} {stop_reason} 2>/dev/null")
+        # Merged into job.json as the run's outcome.
+        result.update({job_files.JOB_RC: rc}, seconds=round(time.monotonic() - started, 1),
+                      last_progress=last_record, changed=False, failed=False)
         if rc != 0:
             rank, host, reason = mpirun_failure(log, layout)
-            stop = self._remote(f"cat {quoted}/stop_reason 2>/dev/null").strip()
-            result.update(failed_rank=rank, failed_host=host,
+            stop = self._remote(f"cat {stop_reason} 2>/dev/null").strip()
+            result.update({job_files.JOB_FAILED_RANK: rank, job_files.JOB_FAILED_HOST: host},
                           reason=stop or reason or f"mpirun exited with code {rc}",
                           mpirun_log_tail=log.splitlines()[-40:])
         return result

@@ -1,0 +1,138 @@
+"""The run directory's files, named once and parsed here.
+
+A run of the train_job role lives in <jobs dir>/<job>/runs/<run id>/ on the
+head node and comes back to artifacts/<job>/<run id>/ on the controller.
+roles/train_job/README.md ("The run directory") is the spec: each file, who
+writes it, who reads it, its format.
+
+Imported by scripts/job_report.py (its sibling) and by the train_job role's
+follow action and filters. Those add this folder to sys.path themselves:
+Ansible loads a role's plugins by file path, so neither relative imports nor
+a role's module_utils reach a controller-side plugin (only the controller's
+sys.path and collections do), and a plain script imports neither a
+module_utils nor a collection. A plain module beside the script is the one
+place both import as it is. Standard library only.
+"""
+
+import json
+import math
+import os
+
+# Written by the role before the launch.
+RUN_SCRIPT = "run.sh"
+HOSTFILE = "hostfile"
+JOB = "job.json"
+# Written by run.sh on the head node (Linux): its own pid, mpirun's, why it
+# stopped the job, and last, atomically, mpirun's exit code.
+PID = "pid"
+MPIRUN_PID = "mpirun.pid"
+STOP_REASON = "stop_reason"
+EXIT_CODE = "exit_code"
+# Touched by the controller while it follows the job: run.sh stops a job
+# whose heartbeat is older than train_job_heartbeat_timeout.
+HEARTBEAT = "heartbeat"
+# The launcher's stdout and stderr.
+LAUNCHER_LOG = {"Linux": "mpirun.log", "Windows": "mpiexec.log"}
+# Rank 0's output (train.py --output-dir; training/common.py names the same files on the nodes).
+OUTPUT_DIR = "output"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+MODELS = ("model.npz", "model.cntk")
+# Every rank's stdout and stderr, on the node it ran on: logs/1/rank.N/.
+LOGS_DIR = "logs"
+# Written on the controller by job_report.py.
+PLOT = "plot.png"
+REPORT = "report.html"
+
+# job.json keys the readers interpret (the rest are shown as they are).
+JOB_NAME = "job"
+JOB_RUN_ID = "run_id"
+JOB_COMMAND = "command"
+JOB_RC = "rc"
+JOB_FAILED_RANK = "failed_rank"
+JOB_FAILED_HOST = "failed_host"
+JOB_HOSTFILE = "hostfile"
+JOB_FINGERPRINT = "fingerprint"
+JOB_STAND_INS = "stand_ins"
+
+
+def output_patterns():
+    """What of rank 0's output comes back: the summary, metrics and model files, by extension."""
+    return ["*" + os.path.splitext(name)[1] for name in (SUMMARY, METRICS) + MODELS]
+
+
+def run_files(platform):
+    """The names the role's tasks and templates use, for a Linux or Windows run."""
+    launcher_log = LAUNCHER_LOG[platform]
+    return {
+        "run_script": RUN_SCRIPT, "hostfile": HOSTFILE, "job": JOB, "pid": PID, "mpirun_pid": MPIRUN_PID,
+        "stop_reason": STOP_REASON, "exit_code": EXIT_CODE, "heartbeat": HEARTBEAT, "launcher_log": launcher_log,
+        "output_dir": OUTPUT_DIR, "logs_dir": LOGS_DIR, "report": REPORT,
+        "output_patterns": output_patterns(),
+        # The run's records on the head node, fetched beside rank 0's output.
+        "records": [HOSTFILE, launcher_log, STOP_REASON, EXIT_CODE],
+    }
+
+
+def number(value):
+    """value as a finite float, or None (booleans, strings, NaN are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def parse_exit_code(text):
+    """exit_code's integer, or None while run.sh has not written it (the job still runs)."""
+    text = (text or "").strip()
+    return int(text) if text else None
+
+
+def parse_metrics_line(line):
+    """One metrics.jsonl record (a JSON object with a numeric step), or None.
+
+    A line being written, or cut by a crash, is None, never an error."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or number(record.get("step")) is None:
+        return None
+    return record
+
+
+def read_metrics(path):
+    """(records, skipped, problem): metrics.jsonl's records in file order, the
+    count of lines that are not records, and why there are none."""
+    if not os.path.exists(path):
+        return [], 0, "missing"
+    records, skipped = [], 0
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            for line in source:
+                if not line.strip():
+                    continue
+                record = parse_metrics_line(line)
+                if record is None:
+                    skipped += 1
+                else:
+                    records.append(record)
+    except OSError as error:
+        return [], 0, "unreadable ({})".format(error)
+    if not records:
+        return [], skipped, "empty" if not skipped else "no readable record"
+    return records, skipped, None
+
+
+def read_json(path):
+    """(document, problem) of job.json or summary.json: the object, or None and why not."""
+    if not os.path.exists(path):
+        return None, "missing"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            document = json.load(source)
+    except (OSError, ValueError) as error:
+        return None, "unreadable ({})".format(error)
+    if not isinstance(document, dict):
+        return None, "not a JSON object"
+    return document, None
