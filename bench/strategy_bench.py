@@ -17,13 +17,14 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster_bench import recap_totals, timed  # noqa: E402  (one run/recap helper for the benches)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -33,19 +34,9 @@ NODES = 4
 STRATEGIES = ("linear", "mitogen_linear")
 
 
-def run(cmd, **kwargs):
-    """(seconds, stdout) of a command that must succeed."""
-    start = time.monotonic()
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, **kwargs)
-    seconds = time.monotonic() - start
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    return seconds, result.stdout
-
-
 def changed(output):
     """changed= summed over the last PLAY RECAP."""
-    return sum(int(n) for n in re.findall(r"\bchanged=(\d+)", output.split("PLAY RECAP")[-1]))
+    return recap_totals(output)["changed"]
 
 
 def main():
@@ -61,17 +52,17 @@ def main():
     def site(strategy, label):
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_STRATEGY=strategy, ANSIBLE_SSH_CONTROL_PATH_DIR=str(sockets / label))
-        seconds, output = run(playbook, env=env)
+        seconds, output = timed(playbook, env=env)
         return {"strategy": strategy, "seconds": round(seconds, 1), "changed": changed(output)}
 
-    run(down)
-    run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.91", f"--nodes={NODES}", "--backend=numpy"])
+    timed(down)
+    timed(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.91", f"--nodes={NODES}", "--backend=numpy"])
     load_before = os.getloadavg()[0]
     try:
         converge = site("mitogen_linear", "converge")
         runs = [site(strategy, f"{pair}-{strategy}") for pair in range(args.pairs) for strategy in STRATEGIES]
     finally:
-        run(down)
+        timed(down)
 
     medians = {s: statistics.median(r["seconds"] for r in runs if r["strategy"] == s) for s in STRATEGIES}
     figures = {

@@ -83,9 +83,17 @@ def number(value):
 
 
 def parse_exit_code(text):
-    """exit_code's integer, or None while run.sh has not written it (the job still runs)."""
+    """exit_code's integer, or None while run.sh has not written it (the job still runs).
+
+    The file is the training user's: anything but an integer counts as a
+    failure (255), never as an error of the reader."""
     text = (text or "").strip()
-    return int(text) if text else None
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return 255
 
 
 def parse_metrics_line(line):

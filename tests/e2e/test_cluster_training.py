@@ -8,6 +8,7 @@ playbook connects over SSH with host keys checked, as on real hardware.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,6 +92,9 @@ def read_until_progress(proc, min_epoch, timeout=240):
 @pytest.fixture(scope="module")
 def cluster():
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    # New nodes, and no runs on record from an earlier cluster of this name
+    # (the controller's last_success.json would say the jobs are up to date).
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
     subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.51", "--nodes=4", "--backend=numpy"],
                    check=True, capture_output=True, text=True)
     started = time.monotonic()

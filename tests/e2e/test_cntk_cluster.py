@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -60,6 +61,9 @@ def summary_of(job):
 @pytest.fixture(scope="module")
 def cluster():
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    # New nodes, and no runs on record from an earlier cluster of this name
+    # (the controller's last_success.json would say the jobs are up to date).
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
     up = subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.81", "--nodes=4",
                                 "--backend=cntk"], check=True, capture_output=True, text=True)
     started = time.monotonic()

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -25,16 +26,21 @@ import job_files  # noqa: E402
 display = Display()
 
 SEPARATOR = "@@train_job_follow@@"
+# Past the job's own time limit, how long the follower waits for run.sh to
+# have stopped it; and how many polls in a row the head node may miss.
+DEADLINE_GRACE_S = 120
+MISSED_POLLS = 10
 
 
 def progress_line(name, record):
-    """One readable line from a metrics.jsonl record."""
+    """One readable line from a metrics.jsonl record (fields that are not numbers are left out)."""
     parts = [name]
-    for key, label, fmt in (("epoch", "epoch", "{}"), ("step", "step", "{}"), ("samples", "samples", "{:,}"),
+    for key, label, fmt in (("epoch", "epoch", "{:.0f}"), ("step", "step", "{:.0f}"), ("samples", "samples", "{:,.0f}"),
                             ("loss", "loss", "{:.4f}"), ("metric", "error", "{:.4f}"),
                             ("samples_per_sec", "samples/s", "{:,.0f}")):
-        if record.get(key) is not None:
-            parts.append(f"{label} {fmt.format(record[key])}")
+        value = job_files.number(record.get(key))
+        if value is not None:
+            parts.append(f"{label} {fmt.format(value)}")
     return " | ".join(parts)
 
 
@@ -65,6 +71,11 @@ def mpirun_failure(text, layout):
     return None, None, None
 
 
+def _plain(name):
+    """A shell command printing a file of the run folder, unless it is a symlink."""
+    return f"{{ [ ! -L {name} ] && cat {name}; }} 2>/dev/null"
+
+
 class Interrupted(Exception):
     """Ctrl-C reached this worker (as SIGINT, or as SIGTERM from Ansible's main process)."""
 
@@ -75,17 +86,20 @@ def _interrupt(signum, frame):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name"))
+    _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user"))
 
     def _remote(self, command):
         result = self._low_level_execute_command(command, sudoable=True)
         return result.get("stdout", "")
 
-    def _stop_job(self, run_dir):
+    def _stop_job(self, run_dir, user):
+        """TERM, then KILL, the pid in the run's file, which the training user owns: only a plain
+        number above 1 (never -1, "every process") whose process belongs to that user."""
         quoted = shlex.quote(run_dir)
-        pid = job_files.MPIRUN_PID
-        self._remote(f"cd {quoted} && kill -TERM $(cat {pid}) 2>/dev/null; sleep 3; "
-                     f"kill -KILL $(cat {pid}) 2>/dev/null; true")
+        self._remote(f"cd {quoted} && p=$(head -c 16 {job_files.MPIRUN_PID} 2>/dev/null); "
+                     "case \"$p\" in ''|*[!0-9]*|0|1) exit 0;; esac; "
+                     f"[ \"$(stat -c %U /proc/$p 2>/dev/null)\" = {shlex.quote(user)} ] || exit 0; "
+                     "kill -TERM \"$p\" 2>/dev/null; sleep 3; kill -KILL \"$p\" 2>/dev/null; true")
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -93,15 +107,36 @@ class ActionModule(ActionBase):
         run_dir, layout, name = args["run_dir"], args["layout"], args.get("name", "job")
         poll = max(1, int(args.get("poll_seconds", 3)))
         quoted = shlex.quote(run_dir)
-        probe = (f"cd {quoted} && touch {job_files.HEARTBEAT} && cat {job_files.EXIT_CODE} 2>/dev/null; "
-                 f"echo {SEPARATOR}; tail -n 1 {job_files.OUTPUT_DIR}/{job_files.METRICS} 2>/dev/null")
+        user = args["user"]
+        # Root reads the training user's folder: never through a symlink there.
+        probe = (f"cd {quoted} && touch -h {job_files.HEARTBEAT} && {_plain(job_files.EXIT_CODE)}; "
+                 f"echo {SEPARATOR}; [ ! -L {job_files.OUTPUT_DIR} ] && "
+                 f"[ ! -L {job_files.OUTPUT_DIR}/{job_files.METRICS} ] && "
+                 f"tail -n 1 {job_files.OUTPUT_DIR}/{job_files.METRICS} 2>/dev/null")
         started = time.monotonic()
-        last_record, last_line, rc = None, None, None
+        deadline = started + int(args.get("timeout", 7200)) + DEADLINE_GRACE_S
+        last_record, last_line, rc, missed, gave_up = None, None, None, 0, None
         # Ansible's main process ends its workers on Ctrl-C; stop the job first.
         previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             while rc is None:
-                exit_text, _, metrics = self._remote(probe).partition(SEPARATOR)
+                try:
+                    exit_text, _, metrics = self._remote(probe).partition(SEPARATOR)
+                    missed = 0
+                except AnsibleError as exc:
+                    missed += 1
+                    if missed >= MISSED_POLLS:
+                        gave_up = (f"the head node stopped answering ({missed} polls in a row, last: "
+                                   f"{str(exc).splitlines()[0][:200]}); the job stops itself there once its "
+                                   "heartbeat is not touched (train_job_heartbeat_timeout)")
+                        break
+                    time.sleep(poll)
+                    continue
+                if time.monotonic() > deadline:
+                    self._stop_job(run_dir, user)
+                    gave_up = (f"the job outlived train_job_timeout by {DEADLINE_GRACE_S} s without run.sh "
+                               "stopping it: stopped by the controller")
+                    break
                 line = metrics.strip()
                 record = job_files.parse_metrics_line(line) if line != last_line else None
                 # A line being written is None; the next poll has it whole.
@@ -115,20 +150,24 @@ class ActionModule(ActionBase):
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)
             display.display(f"{name}: interrupted, stopping the job on every node")
-            self._stop_job(run_dir)
+            self._stop_job(run_dir, user)
             raise KeyboardInterrupt from None
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-        stop_reason = f"{quoted}/{job_files.STOP_REASON}"
-        log = self._remote(f"cat {quoted}/{job_files.LAUNCHER_LOG['Linux']} {stop_reason} 2>/dev/null")
+        if gave_up:
+            result.update({job_files.JOB_RC: 255}, seconds=round(time.monotonic() - started, 1),
+                          last_progress=last_record, reason=gave_up, changed=False, failed=False)
+            return result
+        log = self._remote(f"cd {quoted} && {_plain(job_files.LAUNCHER_LOG['Linux'])}; "
+                           f"{_plain(job_files.STOP_REASON)}")
         # Merged into job.json as the run's outcome.
         result.update({job_files.JOB_RC: rc}, seconds=round(time.monotonic() - started, 1),
                       last_progress=last_record, changed=False, failed=False)
         if rc != 0:
             rank, host, reason = mpirun_failure(log, layout)
-            stop = self._remote(f"cat {stop_reason} 2>/dev/null").strip()
+            stop = self._remote(f"cd {quoted} && {_plain(job_files.STOP_REASON)}").strip()
             result.update({job_files.JOB_FAILED_RANK: rank, job_files.JOB_FAILED_HOST: host},
                           reason=stop or reason or f"mpirun exited with code {rc}",
                           mpirun_log_tail=log.splitlines()[-40:])
