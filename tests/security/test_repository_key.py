@@ -2,7 +2,7 @@
 holding the pinned key plus any other key must be refused (the role's check
 reads primary fingerprints with the filter tested here, on real gpg output)."""
 
-import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +11,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles" / "nvidia_apt" / "filter_plugins"))
 from nvidia_apt import gpg_primary_fingerprints  # noqa: E402
+
+
+pytestmark = pytest.mark.skipif(shutil.which("gpg") is None, reason="needs gpg")
 
 
 def gpg(home, *args, **kwargs):
@@ -40,7 +43,6 @@ def shown(home, path):
     return gpg(home, "--show-keys", "--with-colons", str(path), text=True).stdout
 
 
-@pytest.mark.skipif(subprocess.run(["which", "gpg"], capture_output=True).returncode != 0, reason="needs gpg")
 def test_the_pinned_key_alone_passes_and_its_subkey_does_not_count(keys):
     tmp_path, home, (pinned, _) = keys
     output = shown(home, tmp_path / "pinned.asc")
@@ -48,7 +50,6 @@ def test_the_pinned_key_alone_passes_and_its_subkey_does_not_count(keys):
     assert gpg_primary_fingerprints(output) == [pinned]
 
 
-@pytest.mark.skipif(subprocess.run(["which", "gpg"], capture_output=True).returncode != 0, reason="needs gpg")
 def test_a_key_file_with_an_extra_key_is_not_the_pinned_key_alone(keys):
     tmp_path, home, (pinned, intruder) = keys
     primaries = gpg_primary_fingerprints(shown(home, tmp_path / "both.asc"))
