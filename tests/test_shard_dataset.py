@@ -45,7 +45,8 @@ def assert_consistent(out):
         data = (out / entry["shard"]).read_bytes()
         assert len(data) == entry["bytes"], entry["shard"]
         assert hashlib.sha256(data).hexdigest() == entry["sha256"], entry["shard"]
-        assert data.count(b"\n") == entry["samples"], entry["shard"]
+        if "samples" in entry:  # line files; a binary file of replicate or presplit has none
+            assert data.count(b"\n") == entry["samples"], entry["shard"]
     return manifest
 
 
@@ -92,10 +93,11 @@ def test_chunk_boundaries_anywhere_give_the_same_shards(tmp_path, monkeypatch):
     pieces += ["", " ", "\t\r", "\r"] * 5
     rng.shuffle(pieces)
     text = "".join(p + rng.choice(["\n", "\r\n", "\n\n"]) for p in pieces) + "|f last |l 0"
-    files = {"a.ctf": text[:301], "b.ctf": text[301:]}  # the cut between the files is mid-line
+    # Not CTF (*.txt: the lines are not checked): the cut between the files is mid-line.
+    files = {"a.txt": text[:301], "b.txt": text[301:]}
     for name, part in files.items():
         write(tmp_path / "src" / name, part)
-    expected = samples_of(files["a.ctf"]) + samples_of(files["b.ctf"])
+    expected = samples_of(files["a.txt"]) + samples_of(files["b.txt"])
     for chunk in (1, 2, 7, 64, 1 << 20):
         monkeypatch.setattr(sd, "CHUNK", chunk)
         out = tmp_path / ("out-%d" % chunk)
@@ -118,8 +120,7 @@ def test_directory_source_is_read_in_sorted_name_order(tmp_path):
     src = tmp_path / "src"
     write(src / "b.ctf", "".join(ctf_lines(3, start=10)))
     write(src / "a.ctf", "".join(ctf_lines(4)).rstrip("\n"))  # its last line must not merge with b's first
-    write(src / "c.txt", "not a ctf file\n")
-    write(src / ".hidden.ctf", "|f 9 |l 9\n")
+    write(src / ".hidden.txt", "|f 9 |l 9\n")
     (src / "sub.ctf").mkdir()
     sd.shard(src, 2, tmp_path / "out")
     assert "".join(shard_texts(tmp_path / "out")) == "".join(ctf_lines(4) + ctf_lines(3, start=10))
@@ -222,9 +223,9 @@ def test_cli_prints_json_report(tmp_path):
     (lambda d: d / "missing.ctf", 2, "missing.ctf does not exist"),
     (lambda d: write(d / "empty.ctf", ""), 2, "has no samples (it is empty or only blank lines)"),
     (lambda d: write(d / "blank.ctf", "\n \n\r\n"), 1, "has no samples"),
-    (lambda d: write(d / "data" / "readme.txt", "x\n").parent, 2, "has no *.ctf files"),
+    (lambda d: write(d / "data" / ".hidden.ctf", "|f 1\n").parent, 2, "has no files (hidden files and folders"),
     (lambda d: write(d / "ok.ctf", "".join(ctf_lines(3))), 0, "--ranks must be at least 1 (got 0)"),
-], ids=["fewer-samples-than-ranks", "missing", "empty", "only-blank-lines", "no-ctf-files", "zero-ranks"])
+], ids=["fewer-samples-than-ranks", "missing", "empty", "only-blank-lines", "no-files", "zero-ranks"])
 def test_bad_input_exits_2_with_the_reason(tmp_path, setup, ranks, message):
     source = setup(tmp_path)
     result = run_cli("--source", source, "--ranks", ranks, "--out", tmp_path / "out")
@@ -315,8 +316,8 @@ def test_source_changing_between_the_passes_commits_nothing(tmp_path, monkeypatc
     write(source, "".join(ctf_lines(31)))
     real_scan = sd.scan
 
-    def scan_then_edit(paths):
-        result = real_scan(paths)
+    def scan_then_edit(*args):
+        result = real_scan(*args)
         write(source, "".join(ctf_lines(31)).replace("features", "Features"))  # same size and lines
         return result
 
@@ -392,3 +393,365 @@ def test_verify_finds_damage_that_kept_size_and_mtime(tmp_path):
     assert sd.shard(source, 4, out)["changed"] is False  # the quick check cannot see it
     assert sd.shard(source, 4, out, verify=True)["changed"] is True
     assert_consistent(out)
+
+
+# --- layouts, the CTF check and --check ------------------------------------------
+
+def full_snapshot(out):
+    """Every file in out, the stat cache too: what --check must leave exactly as it was."""
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_ino, p.read_bytes()) for p in sorted(out.iterdir())}
+
+
+def manifest_of(out):
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_manifest_records_the_layout_and_the_test_set(tmp_path):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(9)))
+    report = sd.shard(source, 3, tmp_path / "out", test="test.ctf")
+    manifest = assert_consistent(tmp_path / "out")
+    assert manifest["layout"] == "shard" and manifest["test"] == "test.ctf"
+    assert report["layout"] == "shard" and report["files"] == 3
+    assert sd.shard(source, 3, tmp_path / "out", test="test.ctf")["changed"] is False
+    assert sd.shard(source, 3, tmp_path / "out")["changed"] is True  # no test set now: the manifest only
+    assert manifest_of(tmp_path / "out")["test"] is None
+
+
+def test_a_line_file_that_is_not_ctf_is_sharded_under_its_extension(tmp_path):
+    lines = ["images/%04d.png\t%d\n" % (i, i % 10) for i in range(10)]  # a CNTK map file: not CTF, not checked
+    source = write(tmp_path / "train.map", "".join(lines))
+    report = sd.shard(source, 3, tmp_path / "out")
+    assert [p.name for p in listing(tmp_path / "out")] == \
+        ["manifest.json", "shard-00000.map", "shard-00001.map", "shard-00002.map"]
+    assert "".join(shard_texts(tmp_path / "out")) == "".join(lines)
+    assert report["samples"] == 10 and manifest_of(tmp_path / "out")["name"] == "train"
+    write(tmp_path / "plain" / "a", "x\ny\n")  # no extension: none on the shards
+    sd.shard(tmp_path / "plain", 2, tmp_path / "out2")
+    assert [p.name for p in listing(tmp_path / "out2")] == ["manifest.json", "shard-00000", "shard-00001"]
+
+
+def test_a_directory_of_mixed_file_types_is_refused_naming_them(tmp_path):
+    write(tmp_path / "src" / "a.ctf", "".join(ctf_lines(4)))
+    write(tmp_path / "src" / "b.ctf", "".join(ctf_lines(4)))
+    write(tmp_path / "src" / "notes.txt", "about the data\n")
+    result = run_cli("--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out")
+    assert result.returncode == 2
+    assert "mixes file types (.ctf: a.ctf, b.ctf; .txt: notes.txt)" in result.stderr
+    assert "replicate or presplit layout" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("line,problem", [
+    ("features 1 2 3\n", "no |stream field"),
+    ("|features 1 x 3 |labels 0 1\n", "value 'x' of |features is neither a number nor a sparse index:value"),
+    ("|features 1 2 |2labels 0 1\n", "stream name '2labels' is not a name"),
+    ("|feat.ures 1 2\n", "stream name 'feat.ures' is not a name"),
+    ("|features 1 2 | 0 1\n", "a | with no stream name after it"),
+    ("|features 1..2\n", "value '1..2' of |features"),
+    ("|features 3:\n", "value '3:' of |features"),
+    ("|features -1:0.5\n", "value '-1:0.5' of |features"),
+    ("|features 1e\n", "value '1e' of |features"),
+    ("|features nan\n", "value 'nan' of |features"),
+    ("abc |features 1\n", "'abc' before the first |stream field is not a sequence id"),
+], ids=["no-stream", "bad-value", "digit-name", "dotted-name", "empty-name", "two-dots", "sparse-no-value",
+        "signed-index", "bare-exponent", "nan", "text-sequence-id"])
+def test_a_malformed_ctf_line_is_refused_with_its_file_and_line(tmp_path, line, problem):
+    # Line 5 of the file: blank lines and CRLFs count as lines.
+    text = "|features 1 2 3 |labels 1 0\n\n|features 1 2 3 |labels 1 0\r\n  \n" + line + "|features 1 |labels 0\n"
+    source = write(tmp_path / "src" / "b.ctf", text)
+    write(tmp_path / "src" / "a.ctf", "".join(ctf_lines(5)))
+    result = run_cli("--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out")
+    assert result.returncode == 2
+    assert result.stderr.startswith("shard_dataset.py: error: %s:5: " % source), result.stderr
+    assert problem in result.stderr
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    check = run_cli("--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out", "--check")
+    assert (check.returncode, check.stderr) == (2, result.stderr)
+
+
+def test_the_line_number_holds_across_reads(tmp_path, monkeypatch):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(300)) + "|f 1 |l x\n" + "".join(ctf_lines(3)))
+    for chunk in (7, 64, 1000, 1 << 20):
+        monkeypatch.setattr(sd, "CHUNK", chunk)
+        with pytest.raises(sd.ShardError, match=r"train\.ctf:301: value 'x' of \|l"):
+            sd.shard(source, 2, tmp_path / "out")
+    write(source, "".join(ctf_lines(3)) + "|f 1 |l 0 0 0")  # the last line, without a newline
+    sd.shard(source, 2, tmp_path / "out")
+    write(source, "".join(ctf_lines(3)) + "|f 1 |l 0 x")
+    with pytest.raises(sd.ShardError, match=r"train\.ctf:4: value 'x'"):
+        sd.shard(source, 2, tmp_path / "out")
+
+
+def test_valid_ctf_forms_pass_the_check(tmp_path):
+    text = ("0 |features 1 2 3 |labels 0 1\n"
+            "0\t|features -1.5 +2. .25 -.5 1e-3 2.5E+07 |labels 0 1\r\n"
+            "12|x 3:0.5 0:-2 7:1e5 |y_2 1 |# a comment: anything but a bar |z\n"
+            "  |sparse 1:1 |#\n"
+            "|labels|features 1|other 1 \t\n")
+    source = write(tmp_path / "train.ctf", text)
+    assert sd.shard(source, 2, tmp_path / "out")["samples"] == 5
+
+
+def test_the_fast_and_the_line_by_line_ctf_checks_agree(tmp_path):
+    """The one-regex check (Python 3.11+) and the fallback (older Pythons) refuse the same lines."""
+    if sd.CTF_BLOCK is None:
+        pytest.skip("this Python has no possessive quantifiers: only the line-by-line check runs")
+    rng = random.Random(11)
+    atoms = ["|f", "|l", "|#c", " ", "\t", "1", "0.5", "-2", ".5", "3:", "e", "E+", "x", ":", ".", "|", "\r", "7 "]
+    for _ in range(3000):
+        line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 8))).encode() + b"\n"
+        fast = sd.CTF_BLOCK.match(line).end() == len(line)
+        slow = sd.CTF_LINE.fullmatch(line) is not None
+        assert fast == slow, line
+        if not fast:
+            assert sd.ctf_problem(line)  # a reason in words, whatever the line
+
+
+def test_replicate_gives_every_rank_the_whole_files(tmp_path):
+    src = tmp_path / "src"
+    write(src / "train.ctf", "".join(ctf_lines(6)))
+    write(src / "vocab.bin", bytes(range(256)))
+    write(src / ".hidden", "not read")
+    (src / "sub").mkdir()
+    write(src / "sub" / "deep.ctf", "|f 1\n")
+    out = tmp_path / "out"
+    report = sd.shard(src, 4, out, layout="replicate", test="test.ctf")
+    assert report["changed"] is True and report["files"] == 2 and report["samples"] is None
+    assert [p.name for p in listing(out)] == ["manifest.json", "train.ctf", "vocab.bin"]
+    assert (out / "vocab.bin").read_bytes() == bytes(range(256))
+    manifest = manifest_of(out)
+    assert manifest["layout"] == "replicate" and manifest["ranks"] == 4 and manifest["test"] == "test.ctf"
+    assert manifest["shards"] == [
+        {"shard": "train.ctf", "ranks": "all", "bytes": (src / "train.ctf").stat().st_size,
+         "sha256": hashlib.sha256((src / "train.ctf").read_bytes()).hexdigest(), "samples": 6},
+        {"shard": "vocab.bin", "ranks": "all", "bytes": 256, "sha256": hashlib.sha256(bytes(range(256))).hexdigest()}]
+    assert [f["name"] for f in manifest["files"]] == ["train.ctf", "vocab.bin"]
+    listing_hash = "".join("%s  %s\n" % (f["sha256"], f["name"]) for f in manifest["files"])
+    assert manifest["source_sha256"] == hashlib.sha256(listing_hash.encode()).hexdigest()
+    assert os.path.samefile(out / "train.ctf", src / "train.ctf")  # same filesystem: a hard link
+
+    with open(src / "train.ctf", "a") as stream:  # an edit in place: the hard link in out is that file
+        stream.write("|features 7 |labels 1 0\n")
+    report = sd.shard(src, 4, out, layout="replicate", test="test.ctf")
+    assert report["changed"] is True and manifest_of(out)["shards"][0]["samples"] == 7
+    assert_consistent(out)
+
+    one = sd.shard(src / "train.ctf", 2, tmp_path / "one", layout="replicate")  # a file source
+    assert one["samples"] == 7 and [p.name for p in listing(tmp_path / "one")] == ["manifest.json", "train.ctf"]
+
+
+def test_presplit_gives_file_i_to_rank_i(tmp_path):
+    src = tmp_path / "parts"
+    blobs = [os.urandom(100 + i) for i in range(3)]
+    for name, blob in zip(["c-part.bin", "a-part.bin", "b-part.rec"], blobs):
+        write(src / name, blob)
+    out = tmp_path / "out"
+    report = sd.shard(src, 3, out, layout="presplit")
+    assert report["changed"] is True and report["files"] == 3
+    assert [p.name for p in listing(out)] == ["manifest.json", "shard-00000.bin", "shard-00001.rec", "shard-00002.bin"]
+    manifest = manifest_of(out)
+    assert [(e["shard"], e["rank"], e["source_file"]) for e in manifest["shards"]] == \
+        [("shard-00000.bin", 0, "a-part.bin"), ("shard-00001.rec", 1, "b-part.rec"),
+         ("shard-00002.bin", 2, "c-part.bin")]
+    assert (out / "shard-00000.bin").read_bytes() == blobs[1] and (out / "shard-00002.bin").read_bytes() == blobs[0]
+    for entry in manifest["shards"]:
+        data = (out / entry["shard"]).read_bytes()
+        assert entry["bytes"] == len(data) and entry["sha256"] == hashlib.sha256(data).hexdigest()
+        assert "ranks" not in entry
+
+
+def test_presplit_needs_one_file_per_rank(tmp_path):
+    for i in range(3):
+        write(tmp_path / "parts" / ("p%d.bin" % i), b"x")
+    result = run_cli("--source", tmp_path / "parts", "--ranks", 4, "--out", tmp_path / "out", "--layout", "presplit")
+    assert result.returncode == 2
+    assert "source %s holds 3 files for 4 ranks" % (tmp_path / "parts") in result.stderr
+    assert not (tmp_path / "out").exists()
+    check = run_cli("--source", tmp_path / "parts", "--ranks", 4, "--out", tmp_path / "out", "--layout", "presplit",
+                    "--check")
+    assert (check.returncode, check.stderr) == (2, result.stderr)
+    with pytest.raises(sd.ShardError, match="presplit layout needs a directory"):
+        sd.shard(tmp_path / "parts" / "p0.bin", 1, tmp_path / "out", layout="presplit")
+    write(tmp_path / "parts" / "p3.ctf", "|f 1\n|f y\n")  # four files now, the *.ctf one is checked
+    with pytest.raises(sd.ShardError, match=r"p3\.ctf:2: value 'y' of \|f"):
+        sd.shard(tmp_path / "parts", 4, tmp_path / "out", layout="presplit")
+    write(tmp_path / "parts" / "p3.ctf", "")
+    with pytest.raises(sd.ShardError, match=r"p3\.ctf is empty .* gives it whole to rank 3"):
+        sd.shard(tmp_path / "parts", 4, tmp_path / "out", layout="presplit")
+
+
+@pytest.mark.parametrize("layout", ["replicate", "presplit"])
+@pytest.mark.parametrize("links", [True, False], ids=["hard-links", "copies"])
+def test_whole_file_layouts_rerun_repair_and_clean_up(tmp_path, monkeypatch, layout, links):
+    if not links:
+        def no_link(*args, **kwargs):
+            raise OSError(18, "Invalid cross-device link (simulated)")
+        monkeypatch.setattr(os, "link", no_link)
+    src = tmp_path / "src"
+    for i in range(3):
+        write(src / ("part%d.ctf" % i), "".join(ctf_lines(4, start=10 * i)))
+    out = tmp_path / "out"
+    assert sd.shard(src, 3, out, layout=layout)["changed"] is True
+    assert_consistent(out)
+    names = [e["shard"] for e in manifest_of(out)["shards"]]
+    assert all(os.path.samefile(out / n, src / ("part%d.ctf" % i)) == links for i, n in enumerate(names))
+
+    before = full_snapshot(out)
+    report = sd.shard(src, 3, out, layout=layout)
+    assert report["changed"] is False and report["removed"] == []
+    assert full_snapshot(out) == before  # nothing rewritten, the stat cache neither
+
+    damaged = out / names[1]
+    if links:  # the file in out is the source itself: damage by replacing it
+        damaged.unlink()
+        write(damaged, "|f 1 |l 0\n")
+    else:  # same size, other bytes, mtime kept: only a hash sees it
+        status = damaged.stat()
+        damaged.write_bytes(damaged.read_bytes().replace(b"features", b"featureZ"))
+        os.utime(damaged, ns=(status.st_atime_ns, status.st_mtime_ns))
+    report = sd.shard(src, 3, out, layout=layout, verify=not links)
+    assert report["changed"] is True
+    assert damaged.read_bytes() == (src / "part1.ctf").read_bytes()
+    assert (out / names[0]).stat().st_ino == before[names[0]][1]  # the undamaged files were left alone
+    assert_consistent(out)
+
+    write(out / "shard-00009.ctf", "from an old split\n")
+    write(out / "notes.txt", "not ours\n")
+    (src / "part2.ctf").unlink()
+    ranks = 2 if layout == "presplit" else 3
+    report = sd.shard(src, ranks, out, layout=layout)
+    assert report["changed"] is True
+    assert report["removed"] == sorted(["shard-00009.ctf", names[2]])
+    assert sorted(p.name for p in listing(out)) == sorted(["manifest.json", "notes.txt"] + names[:2])
+    assert_consistent(out)
+    assert sd.shard(src, ranks, out, layout=layout)["changed"] is False
+
+
+def test_changing_the_layout_removes_the_old_files(tmp_path):
+    src = tmp_path / "src"
+    write(src / "a.ctf", "".join(ctf_lines(8)))
+    write(src / "b.ctf", "".join(ctf_lines(8, start=8)))
+    out = tmp_path / "out"
+    sd.shard(src, 4, out)
+    report = sd.shard(src, 4, out, layout="replicate")
+    assert report["removed"] == ["shard-%05d.ctf" % r for r in range(4)]
+    assert [p.name for p in listing(out)] == ["a.ctf", "b.ctf", "manifest.json"]
+    report = sd.shard(src, 2, out, layout="shard", test="test.ctf")
+    assert report["removed"] == ["a.ctf", "b.ctf"]  # the old manifest listed them
+    assert [p.name for p in listing(out)] == ["manifest.json", "shard-00000.ctf", "shard-00001.ctf"]
+
+
+def test_a_replicated_rank_count_change_rewrites_only_the_manifest(tmp_path):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(8)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out, layout="replicate")
+    before = snapshot(out)
+    assert sd.shard(source, 8, out, layout="replicate")["changed"] is True
+    after = snapshot(out)
+    assert after["train.ctf"] == before["train.ctf"] and manifest_of(out)["ranks"] == 8
+
+
+def test_names_that_cannot_be_sent_are_refused(tmp_path):
+    write(tmp_path / "src" / "manifest.json", "{}")
+    with pytest.raises(sd.ShardError, match="manifest.json cannot be sent under its own name"):
+        sd.shard(tmp_path / "src", 1, tmp_path / "out", layout="replicate")
+    write(tmp_path / "odd" / "-rf x", "data\n")
+    with pytest.raises(sd.ShardError, match="cannot be sent under its own name: rename it"):
+        sd.shard(tmp_path / "odd", 1, tmp_path / "out", layout="replicate")
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(4)))
+    with pytest.raises(sd.ShardError, match="--test-name shard-00001.ctf is also the name of a data file"):
+        sd.shard(source, 2, tmp_path / "out", test="shard-00001.ctf")
+    with pytest.raises(sd.ShardError, match="--test-name '../test.ctf' cannot be a file name"):
+        sd.shard(source, 2, tmp_path / "out", test="../test.ctf")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_manifest_of_the_previous_version_is_brought_up_to_date_without_rewriting_shards(tmp_path):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(12)))
+    out = tmp_path / "out"
+    sd.shard(source, 3, out)
+    manifest = manifest_of(out)
+    del manifest["layout"], manifest["test"]
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (out / sd.STAT_CACHE).unlink()
+    before = snapshot(out)
+    assert sd.shard(source, 3, out)["changed"] is True
+    after = snapshot(out)
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == \
+        {k: v for k, v in before.items() if k != "manifest.json"}
+    assert manifest_of(out)["layout"] == "shard"
+
+
+@pytest.mark.parametrize("layout", ["shard", "replicate", "presplit"])
+def test_check_writes_nothing_and_says_what_a_run_would_do(tmp_path, layout):
+    src = tmp_path / "src"
+    for i in range(2):
+        write(src / ("p%d.ctf" % i), "".join(ctf_lines(5, start=5 * i)))
+    out = tmp_path / "out"
+    result = run_cli("--source", src, "--ranks", 2, "--out", out, "--layout", layout, "--check")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert not out.exists()
+    assert report["changed"] is True and report["layout"] == layout and report["ranks"] == 2
+    assert report["samples"] == 10 and report["files"] == 2 and report["removed"] == []
+
+    made = sd.shard(src, 2, out, layout=layout)
+    before = full_snapshot(out)
+    report = sd.shard(src, 2, out, layout=layout, check=True)
+    assert report["changed"] is False and (report["samples"], report["files"]) == (10, 2)
+    assert report["bytes"] == made["bytes"]
+    (src / "p1.ctf").unlink()  # a new file: writing into it would change its hard link in out too
+    write(src / "p1.ctf", "".join(ctf_lines(6, start=5)))
+    report = sd.shard(src, 2, out, layout=layout, check=True)
+    assert report["changed"] is True and report["samples"] == 11
+    assert full_snapshot(out) == before
+
+
+def test_check_answers_from_the_manifest_when_the_source_is_unchanged(tmp_path, monkeypatch):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(40)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("--check should have answered from the manifest")
+
+    for name in ("scan", "source_sha256_only", "file_sha256", "read_whole_file", "blocks"):
+        monkeypatch.setattr(sd, name, no_reading)
+    report = sd.shard(source, 4, out, check=True)
+    assert report["changed"] is False and report["samples"] == 40
+    assert sd.shard(source, 5, out, check=True)["changed"] is True  # another rank count: a run would split again
+    with pytest.raises(sd.ShardError, match="dataset has 40 samples, fewer than the 41 ranks"):
+        sd.shard(source, 41, out, check=True)
+
+
+@pytest.mark.parametrize("setup,args,message", [
+    (lambda d: d / "missing.ctf", [], "missing.ctf does not exist"),
+    (lambda d: write(d / "empty.ctf", ""), [], "has no samples"),
+    (lambda d: write(d / "small.ctf", "".join(ctf_lines(3))), [], "dataset has 3 samples, fewer than the 4 ranks"),
+    (lambda d: write(d / "bad.ctf", "|f 1\n|f 2 two\n"), [], "bad.ctf:2: value 'two' of |f"),
+    (lambda d: write(d / "parts" / "a.bin", b"x").parent, ["--layout", "presplit"], "holds 1 file for 4 ranks"),
+    (lambda d: write(d / "e" / "a.bin", b"").parent, ["--layout", "replicate"], "a.bin is empty"),
+], ids=["missing", "empty", "fewer-samples-than-ranks", "malformed-ctf", "presplit-count", "empty-replicate"])
+def test_check_refuses_bad_input_like_a_run(tmp_path, setup, args, message):
+    source = setup(tmp_path)
+    result = run_cli("--source", source, "--ranks", 4, "--out", tmp_path / "out", "--check", *args)
+    assert result.returncode == 2 and message in result.stderr and result.stdout == ""
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_of_a_touched_source_hashes_it_but_counts_nothing(tmp_path, monkeypatch):
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(40)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out)
+    stat = os.stat(source)
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("the hash matched the manifest's: no need to count or check the lines")
+
+    monkeypatch.setattr(sd, "scan", no_scan)
+    report = sd.shard(source, 4, out, check=True)
+    assert report["changed"] is False and report["samples"] == 40
+    write(source, "".join(ctf_lines(40)).replace("|labels 0 1", "|labels 1 0"))  # same size, other bytes
+    with pytest.raises(AssertionError, match="no need to count"):
+        sd.shard(source, 4, out, check=True)

@@ -1,6 +1,19 @@
-"""Which shards a node must receive, and which of its files are stale."""
+"""Which data files a node must hold and receive, and which of its files are stale."""
 
 import posixpath
+
+# What a node's manifest.json keeps of a manifest entry (no controller paths).
+NODE_KEYS = ("shard", "rank", "ranks", "source_file", "samples", "bytes", "sha256")
+
+
+def dataset_files_for(entries, ranks):
+    """The manifest entries a node whose ranks are `ranks` holds: the entries of
+    its ranks ("rank": r), and every entry all ranks read ("ranks": "all", the
+    replicate layout). A node with no rank holds nothing."""
+    ranks = set(ranks)
+    if not ranks:
+        return []
+    return [entry for entry in entries if entry.get("ranks") == "all" or entry.get("rank") in ranks]
 
 
 def shards_to_send(stat_results):
@@ -19,18 +32,23 @@ def shards_to_send(stat_results):
 
 
 def stale_shards(found_files, node_dir, wanted):
-    """Paths of shard files on the node that no wanted entry names."""
+    """Paths of the files found in the node's data folder that no wanted entry
+    names: every non-hidden file but manifest.json, whatever its name (data
+    files of another layout, rank or test set)."""
     keep = {posixpath.join(node_dir, entry["shard"]) for entry in wanted}
-    return sorted(f["path"] for f in found_files if f["path"] not in keep)
+    keep.add(posixpath.join(node_dir, "manifest.json"))
+    return sorted(f["path"] for f in found_files
+                  if f["path"] not in keep and not posixpath.basename(f["path"]).startswith("."))
 
 
-def node_manifest(wanted, name):
-    """What a node holds, for its manifest.json (no controller paths)."""
-    return {"name": name,
-            "shards": [{key: entry[key] for key in ("shard", "rank", "samples", "bytes", "sha256") if key in entry}
-                       for entry in wanted]}
+def node_manifest(wanted, name, layout=None, test=None):
+    """What a node holds, for its manifest.json: the data set's name, its layout,
+    the test set's file name on this node (or None), and the files."""
+    return {"name": name, "layout": layout, "test": test or None,
+            "shards": [{key: entry[key] for key in NODE_KEYS if key in entry} for entry in wanted]}
 
 
 class FilterModule:
     def filters(self):
-        return {"shards_to_send": shards_to_send, "stale_shards": stale_shards, "node_manifest": node_manifest}
+        return {"dataset_files_for": dataset_files_for, "shards_to_send": shards_to_send,
+                "stale_shards": stale_shards, "node_manifest": node_manifest}

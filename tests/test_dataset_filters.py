@@ -1,0 +1,56 @@
+"""roles/dataset/filter_plugins/dataset.py: which files a node holds, which of its files are stale,
+and what its manifest.json says."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "roles" / "dataset" / "filter_plugins"))
+
+from dataset import dataset_files_for, node_manifest, shards_to_send, stale_shards  # noqa: E402
+
+SHARDS = [{"shard": "shard-%05d.ctf" % r, "rank": r, "samples": 10, "bytes": 100, "sha256": "h%d" % r}
+          for r in range(4)]
+REPLICATED = [{"shard": "train.ctf", "ranks": "all", "bytes": 50, "sha256": "a", "samples": 5},
+              {"shard": "vocab.bin", "ranks": "all", "bytes": 9, "sha256": "b"}]
+PRESPLIT = [{"shard": "shard-%05d.bin" % r, "rank": r, "source_file": "part-%d.bin" % r, "bytes": 7, "sha256": "p"}
+            for r in range(4)]
+
+
+def test_a_node_holds_the_files_of_its_ranks():
+    assert [e["shard"] for e in dataset_files_for(SHARDS, [2, 3])] == ["shard-00002.ctf", "shard-00003.ctf"]
+    assert [e["shard"] for e in dataset_files_for(PRESPLIT, [0])] == ["shard-00000.bin"]
+    assert dataset_files_for(SHARDS, [7]) == []
+
+
+def test_every_node_holds_every_replicated_file():
+    assert dataset_files_for(REPLICATED, [0, 1]) == REPLICATED
+    assert dataset_files_for(REPLICATED, [5]) == REPLICATED
+    assert dataset_files_for(REPLICATED, []) == []  # a host that runs no rank holds nothing
+
+
+def test_only_missing_or_damaged_files_are_sent():
+    results = [{"item": SHARDS[0], "stat": {"exists": True, "checksum": "h0"}},
+               {"item": SHARDS[1], "stat": {"exists": True, "checksum": "other"}},
+               {"item": SHARDS[2], "stat": {"exists": False}}]
+    assert shards_to_send(results) == [SHARDS[1], SHARDS[2]]
+
+
+def test_every_unwanted_visible_file_is_stale_whatever_its_name():
+    node = "/srv/cntk/data/digits"
+    found = [{"path": node + "/" + name} for name in
+             ["shard-00000.ctf", "shard-00001.ctf", "shard-00009.ctf", "train.ctf", "test.ctf", "manifest.json",
+              "notes.txt", ".hidden"]]
+    wanted = SHARDS[:2] + [{"shard": "test.ctf"}]
+    assert stale_shards(found, node, wanted) == [node + "/notes.txt", node + "/shard-00009.ctf", node + "/train.ctf"]
+    assert stale_shards(found, node, REPLICATED) == sorted(
+        node + "/" + n for n in ["shard-00000.ctf", "shard-00001.ctf", "shard-00009.ctf", "test.ctf", "notes.txt"])
+
+
+def test_the_node_manifest_says_layout_test_set_and_files():
+    wanted = PRESPLIT[:1] + [{"shard": "test.ctf", "sha256": "t", "bytes": 3, "src": "/controller/test.ctf"}]
+    manifest = node_manifest(wanted, "digits", "presplit", "test.ctf")
+    assert manifest == {"name": "digits", "layout": "presplit", "test": "test.ctf", "shards": [
+        {"shard": "shard-00000.bin", "rank": 0, "source_file": "part-0.bin", "bytes": 7, "sha256": "p"},
+        {"shard": "test.ctf", "bytes": 3, "sha256": "t"}]}  # no controller path
+    assert node_manifest(REPLICATED, "d", "replicate", "")["test"] is None
+    assert node_manifest(REPLICATED, "d", "replicate", None)["shards"][0]["ranks"] == "all"
