@@ -31,9 +31,13 @@ EXIT_CODE = "exit_code"
 # Touched by the controller while it follows the job: run.sh stops a job
 # whose heartbeat is older than train_job_heartbeat_timeout.
 HEARTBEAT = "heartbeat"
+# Made by playbooks/stop.yml (as the training user): run.sh stops the job.
+STOP_REQUEST = "stop_request"
 # The launcher's stdout and stderr.
 LAUNCHER_LOG = {"Linux": "mpirun.log", "Windows": "mpiexec.log"}
-# Rank 0's output (train.py --output-dir; training/common.py names the same files on the nodes).
+# Rank 0's output (JOB_OUTPUT_DIR): every regular file there comes back
+# beside the run's records. JOB_METRICS_FILE is OUTPUT_DIR/METRICS;
+# training/common.py names the same files on the nodes.
 OUTPUT_DIR = "output"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -56,9 +60,10 @@ JOB_FINGERPRINT = "fingerprint"
 JOB_STAND_INS = "stand_ins"
 
 
-def output_patterns():
-    """What of rank 0's output comes back: the summary, metrics and model files, by extension."""
-    return ["*" + os.path.splitext(name)[1] for name in (SUMMARY, METRICS) + MODELS]
+def reserved_names(platform):
+    """Names in the run's folder on the controller that rank 0's output may not take."""
+    return sorted({RUN_SCRIPT, HOSTFILE, JOB, PID, MPIRUN_PID, STOP_REASON, EXIT_CODE, HEARTBEAT, STOP_REQUEST,
+                   LAUNCHER_LOG[platform], LOGS_DIR, PLOT, REPORT})
 
 
 def run_files(platform):
@@ -67,10 +72,10 @@ def run_files(platform):
     return {
         "run_script": RUN_SCRIPT, "hostfile": HOSTFILE, "job": JOB, "pid": PID, "mpirun_pid": MPIRUN_PID,
         "stop_reason": STOP_REASON, "exit_code": EXIT_CODE, "heartbeat": HEARTBEAT, "launcher_log": launcher_log,
-        "output_dir": OUTPUT_DIR, "logs_dir": LOGS_DIR, "report": REPORT,
-        "output_patterns": output_patterns(),
+        "output_dir": OUTPUT_DIR, "logs_dir": LOGS_DIR, "report": REPORT, "metrics": METRICS,
+        "stop_request": STOP_REQUEST, "reserved": reserved_names(platform),
         # The run's records on the head node, fetched beside rank 0's output.
-        "records": [HOSTFILE, launcher_log, STOP_REASON, EXIT_CODE],
+        "records": [JOB, HOSTFILE, launcher_log, STOP_REASON, EXIT_CODE],
     }
 
 
@@ -144,3 +149,60 @@ def read_json(path):
     if not isinstance(document, dict):
         return None, "not a JSON object"
     return document, None
+
+
+TRACEBACK = "Traceback (most recent call last):"
+ERROR_LINES = 6
+
+
+def _error_excerpt(text):
+    """The lines of a rank's stderr that say what went wrong: the last
+    traceback's final frame and exception, else the last few lines."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if TRACEBACK in lines:
+        start = len(lines) - 1 - lines[::-1].index(TRACEBACK)
+        frames = lines[start + 1:]
+        # The exception is the first line after the last frame's source line.
+        last_frame = max((i for i, line in enumerate(frames) if line.lstrip().startswith('File "')), default=-1)
+        excerpt = frames[max(0, last_frame):]
+        # CNTK appends its C++ call stack to the message.
+        excerpt = excerpt[:next((i for i, line in enumerate(excerpt) if line.startswith("[CALL STACK]")), None)]
+        return "\n".join(excerpt[:ERROR_LINES])
+    return "\n".join(lines[-3:])
+
+
+def rank_error(logs_dir, host=None, rank=None):
+    """(rank, host, excerpt) of a failed rank's stderr under logs_dir/<host>/1/rank.N/,
+    or None. The named rank when its stderr says something; otherwise the
+    lowest rank whose stderr holds a traceback."""
+    def stderr_of(node, number):
+        path = os.path.join(str(logs_dir), str(node), "1", "rank.{}".format(number), "stderr")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as source:
+                return source.read()[-65536:]
+        except OSError:
+            return ""
+
+    if host is not None and rank is not None:
+        excerpt = _error_excerpt(stderr_of(host, rank))
+        if excerpt:
+            return int(rank), host, excerpt
+    candidates = []
+    try:
+        nodes = sorted(os.listdir(str(logs_dir)))
+    except OSError:
+        return None
+    for node in nodes:
+        ranks_dir = os.path.join(str(logs_dir), node, "1")
+        try:
+            names = os.listdir(ranks_dir)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("rank.") and name[5:].isdigit():
+                text = stderr_of(node, name[5:])
+                if TRACEBACK in text:
+                    candidates.append((int(name[5:]), node, _error_excerpt(text)))
+    return min(candidates) if candidates else None

@@ -4,6 +4,11 @@
     mpirun -np 4 python train.py --backend numpy --data-dir DATA \\
         --test-file DATA/test.ctf --output-dir OUT --checkpoint-dir CKPT
 
+On the cluster it is a job like any other: the folders, the backend and
+--resume come from the job contract's environment (JOB_DATA_DIR,
+JOB_TEST_FILE, JOB_OUTPUT_DIR, JOB_CHECKPOINT_DIR, JOB_BACKEND, JOB_RESUME;
+training/README.md), and an option given on the command line wins.
+
 --backend cntk runs CNTK 2.7 (CPython 3.6, Open MPI 1.10); --backend numpy
 runs the numpy + mpi4py reference backend. This file is imported by CNTK's
 interpreter too, so it must stay Python 3.6 syntax.
@@ -11,6 +16,7 @@ interpreter too, so it must stay Python 3.6 syntax.
 
 import argparse
 import importlib
+import os
 import sys
 
 BACKENDS = ("numpy", "cntk")
@@ -20,19 +26,27 @@ MODELS = ("softmax", "mlp")
 def build_parser():
     parser = argparse.ArgumentParser(
         description="Data-parallel SGD over MPI; every rank reads DATA_DIR/shard-<rank>.ctf.")
-    parser.add_argument("--backend", choices=BACKENDS, required=True)
-    parser.add_argument("--data-dir", required=True,
-                        help="directory with this rank's shard-{rank:05d}.ctf")
-    parser.add_argument("--test-file", required=True,
-                        help="CTF file rank 0 scores the final model on")
-    parser.add_argument("--output-dir", required=True,
-                        help="rank 0 writes metrics.jsonl, model.npz and summary.json here")
-    parser.add_argument("--checkpoint-dir", required=True,
+    def from_job(name):
+        """An option's default from the job contract's environment; required without it."""
+        value = os.environ.get(name)
+        return {"default": value} if value else {"required": True}
+
+    parser.add_argument("--backend", choices=BACKENDS, **from_job("JOB_BACKEND"))
+    parser.add_argument("--data-dir", help="directory with this rank's shard-{rank:05d}.ctf (JOB_DATA_DIR)",
+                        **from_job("JOB_DATA_DIR"))
+    parser.add_argument("--test-file", help="CTF file rank 0 scores the final model on (JOB_TEST_FILE)",
+                        **from_job("JOB_TEST_FILE"))
+    parser.add_argument("--output-dir",
+                        help="rank 0 writes metrics.jsonl, model.npz and summary.json here (JOB_OUTPUT_DIR)",
+                        **from_job("JOB_OUTPUT_DIR"))
+    parser.add_argument("--checkpoint-dir",
                         help="rank 0 writes checkpoints here (numpy: after every epoch; cntk: every "
                              "--checkpoint-every steps and at the end); cntk reads them on EVERY rank "
-                             "on --resume, so each rank's dir must hold rank 0's files")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint if there is one (none anywhere: start fresh)")
+                             "on --resume, so each rank's dir must hold rank 0's files (JOB_CHECKPOINT_DIR)",
+                        **from_job("JOB_CHECKPOINT_DIR"))
+    parser.add_argument("--resume", action="store_true", default=bool(os.environ.get("JOB_RESUME")),
+                        help="continue from the checkpoint if there is one (none anywhere: start fresh); "
+                             "set by JOB_RESUME")
     parser.add_argument("--model", choices=MODELS, default="softmax")
     parser.add_argument("--hidden", type=int, default=64, help="hidden units of the mlp")
     parser.add_argument("--features", type=int, default=64)

@@ -219,9 +219,10 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
     ansible_playbook("train.yml", "-e", shared)
     run = ARTIFACTS / "e2e-shared" / "latest"
     assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90
-    assert "--data-dir /shared/shards" in json.loads((run / "job.json").read_text())["command"]
+    job_env = json.loads((run / "job.json").read_text())["job_env"]
+    assert job_env["JOB_DATA_DIR"] == "/shared/shards"
     # The checkpoints go beside the shards on the shared filesystem.
-    assert "--checkpoint-dir /shared/checkpoints/e2e-shared" in json.loads((run / "job.json").read_text())["command"]
+    assert job_env["JOB_CHECKPOINT_DIR"] == "/shared/checkpoints/e2e-shared"
     assert "checkpoint.npz" in on_node("node1", "ls /shared/checkpoints/e2e-shared")
     assert before == {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
     again = ansible_playbook("data.yml", "-e", shared)
@@ -241,5 +242,5 @@ def test_a_renamed_data_set_is_written_and_trained_under_its_name(cluster):
         assert "manifest.json" in on_node(node, "ls /srv/cntk/data/speech").split()
     ansible_playbook("train.yml", "-e", renamed)
     run = ARTIFACTS / "speech-softmax" / "latest"
-    assert "--data-dir /srv/cntk/data/speech" in json.loads((run / "job.json").read_text())["command"]
+    assert json.loads((run / "job.json").read_text())["job_env"]["JOB_DATA_DIR"] == "/srv/cntk/data/speech"
     assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90

@@ -95,6 +95,9 @@ def _names(first_vars):
         if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
             problems.append(f"train_job_env has the name {key!r}: an environment variable name is letters, digits "
                             "and '_', not starting with a digit")
+        elif key.startswith("JOB_"):
+            problems.append(f"train_job_env sets {key}: JOB_* variables are the cluster's word to the job "
+                            "(training/README.md, the job contract); give yours another name")
     return problems
 
 

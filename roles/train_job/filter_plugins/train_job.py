@@ -1,8 +1,12 @@
-"""The job's command lines, fingerprint and run directory names, derived from the inventory."""
+"""The job's program, environment, command lines, fingerprint and run directory names, from the inventory."""
 
+import fnmatch
 import hashlib
 import json
+import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
@@ -23,34 +27,54 @@ def _platform(spec):
     return platform
 
 
-def train_job_train_args(spec):
-    """train.py's arguments, the same on both platforms.
+def train_job_program_args(args):
+    """The program's arguments: a list of strings, passed as given (no shell); or a
+    mapping of options without the leading -- (train.py's form): true is a flag,
+    false and null leave the option out."""
+    if isinstance(args, Mapping):
+        argv = []
+        for name, value in sorted(args.items()):
+            if value is True:
+                argv.append("--" + str(name))
+            elif value not in (False, None):
+                argv += ["--" + str(name), str(value)]
+        return argv
+    if isinstance(args, (list, tuple)) and all(isinstance(arg, str) for arg in args):
+        return list(args)
+    raise AnsibleFilterError(
+        f"train_job_args={args!r}: give a list of strings (quote numbers: ['--epochs', '10']), passed to the "
+        "program as they are, or a mapping of train.py's options")
 
-    `spec` keys: platform (Linux or Windows: the nodes' path separator),
-    backend, data_dir, output_dir, checkpoint_dir, resume, args ({option: value}
-    without the leading --; true is a flag, false and null leave it out).
-    """
+
+def train_job_job_env(spec):
+    """The contract's environment, the same for every rank (training/README.md, "The job contract").
+
+    `spec` keys: platform, name, run_id, backend, data_dir, data_layout,
+    test_file (the test set's name in data_dir, or empty), output_dir,
+    checkpoint_dir, resume (whether this run continues a failed one)."""
     separator = SEPARATOR[_platform(spec)]
-    argv = ["--backend", str(spec["backend"]),
-            "--data-dir", str(spec["data_dir"]),
-            "--test-file", str(spec["data_dir"]) + separator + "test.ctf",
-            "--output-dir", str(spec["output_dir"]),
-            "--checkpoint-dir", str(spec["checkpoint_dir"])]
-    if spec.get("resume"):
-        argv.append("--resume")
-    for name, value in sorted((spec.get("args") or {}).items()):
-        if value is True:
-            argv.append("--" + str(name))
-        elif value not in (False, None):
-            argv += ["--" + str(name), str(value)]
-    return argv
+    test = spec.get("test_file") or ""
+    return {
+        "JOB_NAME": str(spec["name"]),
+        "JOB_RUN_ID": str(spec["run_id"]),
+        "JOB_BACKEND": str(spec["backend"]),
+        "JOB_DATA_DIR": str(spec["data_dir"]),
+        "JOB_DATA_LAYOUT": str(spec.get("data_layout") or "shard"),
+        "JOB_TEST_FILE": str(spec["data_dir"]) + separator + test if test else "",
+        "JOB_OUTPUT_DIR": str(spec["output_dir"]),
+        "JOB_CHECKPOINT_DIR": str(spec["checkpoint_dir"]),
+        "JOB_METRICS_FILE": str(spec["output_dir"]) + separator + job_files.METRICS,
+        "JOB_RESUME": "1" if spec.get("resume") else "",
+    }
 
 
 def train_job_command(spec):
     """mpirun's argv for the job (Open MPI), from the role's settings.
 
-    `spec` keys: layout, interface, mca, env, python, code_dir, train_args
-    (train_job_train_args' list), and mpirun (default "mpirun" from PATH).
+    `spec` keys: layout, interface, mca, env (every variable the ranks get,
+    exported by run.sh), python, runner (files/run_rank.py on the nodes: a
+    failed rank ends at once), program (the entry script's path on the
+    nodes), args (train_job_program_args' list), and mpirun (default "mpirun").
     """
     ranks = sum(entry["slots"] for entry in spec["layout"])
     argv = [spec.get("mpirun") or "mpirun", "--hostfile", job_files.HOSTFILE, "-np", str(ranks),
@@ -62,7 +86,75 @@ def train_job_command(spec):
     argv += ["--output-filename", job_files.LOGS_DIR]
     for name in sorted(spec.get("env", {})):
         argv += ["-x", str(name)]
-    return argv + [spec["python"], spec["code_dir"] + "/train.py"] + list(spec["train_args"])
+    return argv + [spec["python"], spec["runner"], spec["program"]] + list(spec["args"])
+
+
+def _excluded(relative, patterns):
+    return any(fnmatch.fnmatch(part, pattern) for part in Path(relative).parts for pattern in patterns)
+
+
+def train_job_source_files(source, excludes=()):
+    """The job's code as it is sent: every file's path relative to source, in
+    order, the excluded names (.git, __pycache__, ...) left out."""
+    root = Path(source)
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not _excluded(d, excludes))
+        for name in sorted(files):
+            relative = (Path(directory) / name).relative_to(root).as_posix()
+            if not _excluded(relative, excludes):
+                found.append(relative)
+    return found
+
+
+def train_job_source_digest(source, excludes=()):
+    """sha256 over the job's code on the controller as it is sent: every file's
+    path, executable bit and bytes (a symlink: its target)."""
+    digest = hashlib.sha256()
+    for relative in train_job_source_files(source, excludes):
+        path = Path(source) / relative
+        if path.is_symlink():
+            digest.update(f"L {relative} {os.readlink(path)}\n".encode())
+            continue
+        content = hashlib.sha256(path.read_bytes()).hexdigest()
+        executable = "x" if os.access(path, os.X_OK) else "-"
+        digest.update(f"F {relative} {executable} {content}\n".encode())
+    return digest.hexdigest()
+
+
+def train_job_input_problems(spec):
+    """What is wrong with the job's input, each naming the value and the fix; [] when nothing.
+
+    `spec` keys: source (the code folder: on the controller, or with shared
+    on a filesystem every node mounts), shared, entry, args. Checked on the
+    controller before any node changes."""
+    problems = []
+    source, entry, shared = str(spec.get("source") or ""), str(spec.get("entry") or ""), bool(spec.get("shared"))
+    if shared and not source.startswith("/"):
+        problems.append(f"train_job_source={source!r} with train_job_source_shared: give the folder's absolute "
+                        "path as every training node mounts it")
+    elif not shared and not os.path.isdir(source):
+        problems.append(f"train_job_source={source} is not a folder on the controller: point it at the folder "
+                        "that holds your code (a relative path is from the project root)")
+    if not entry or entry.startswith("/") or ".." in Path(entry).parts:
+        problems.append(f"train_job_entry={entry!r} is outside train_job_source={source}: name the script by its "
+                        "path inside that folder (e.g. distributed_train.py)")
+    elif not shared and os.path.isdir(source):
+        real_source = os.path.realpath(source)
+        real_entry = os.path.realpath(os.path.join(source, entry))
+        if os.path.commonpath([real_source, real_entry]) != real_source:
+            problems.append(f"train_job_entry={entry} leads outside train_job_source={source} (a symlink to "
+                            f"{real_entry}): put the script itself in that folder")
+        elif not os.path.isfile(real_entry):
+            problems.append(f"train_job_entry={entry} is not a file in train_job_source={source}: name the script "
+                            "that starts your job")
+    args = spec.get("args")
+    if not isinstance(args, Mapping) and not (isinstance(args, (list, tuple))
+                                              and all(isinstance(arg, str) for arg in args)):
+        wrong = [arg for arg in args if not isinstance(arg, str)] if isinstance(args, (list, tuple)) else args
+        problems.append(f"train_job_args holds {wrong!r}: give a list of strings, passed to the program as they "
+                        "are (quote numbers: ['--epochs', '10']), or a mapping of train.py's options")
+    return problems
 
 
 def train_job_fingerprint(parts):
@@ -76,7 +168,55 @@ def train_job_run_files(platform):
     return job_files.run_files(_platform({"platform": platform}))
 
 
+SAFE_PATH = re.compile(r"[A-Za-z0-9._+/-]+")
+
+
+def train_job_fetch_list(find_results, output_dir, reserved):
+    """What comes back from the head node, as [{src, dest}]: dest is relative to the
+    run's folder on the controller. Files found under output_dir keep their path
+    below it, except one whose first part is a record's name (reserved); the
+    run's records keep their name. A path with '..', odd characters, or not
+    under the folder it was found in is left on the node: what the node
+    reports is its word only."""
+    wanted = []
+    for result in find_results or []:
+        base = str((result.get("item") or {}).get("path", "")).rstrip("/")
+        is_output = base == str(output_dir).rstrip("/")
+        for found in result.get("files") or []:
+            path = str(found.get("path", ""))
+            if not base or not path.startswith(base + "/"):
+                continue
+            relative = path[len(base) + 1:]
+            parts = relative.split("/")
+            if not SAFE_PATH.fullmatch(relative) or any(part in ("", ".", "..") for part in parts):
+                continue
+            if is_output and parts[0] in reserved:
+                continue
+            if not is_output and len(parts) != 1:
+                continue
+            wanted.append({"src": path, "dest": relative})
+    return sorted(wanted, key=lambda entry: entry["dest"])
+
+
+def train_job_failure(outcome, local_dir):
+    """The failed rank's own words: `outcome` with failed_rank, failed_host and
+    `error` (the last lines of that rank's stderr: a traceback's exception,
+    CNTK's message) taken from the logs fetched to local_dir; the first rank
+    whose stderr holds a traceback when mpirun did not name one."""
+    outcome = dict(outcome)
+    found = job_files.rank_error(Path(local_dir) / job_files.LOGS_DIR, outcome.get(job_files.JOB_FAILED_HOST),
+                                 outcome.get(job_files.JOB_FAILED_RANK))
+    if found:
+        rank, host, error = found
+        outcome.update({job_files.JOB_FAILED_RANK: rank, job_files.JOB_FAILED_HOST: host, "error": error})
+    return outcome
+
+
 class FilterModule:
     def filters(self):
-        return {"train_job_train_args": train_job_train_args, "train_job_command": train_job_command,
-                "train_job_fingerprint": train_job_fingerprint, "train_job_run_files": train_job_run_files}
+        return {"train_job_program_args": train_job_program_args, "train_job_job_env": train_job_job_env,
+                "train_job_command": train_job_command, "train_job_source_digest": train_job_source_digest,
+                "train_job_source_files": train_job_source_files,
+                "train_job_input_problems": train_job_input_problems,
+                "train_job_fingerprint": train_job_fingerprint, "train_job_run_files": train_job_run_files,
+                "train_job_failure": train_job_failure, "train_job_fetch_list": train_job_fetch_list}
