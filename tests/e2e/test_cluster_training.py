@@ -1,5 +1,7 @@
 """End to end on a 4-node cluster of its own (`e2e`, 127.0.0.51..54): site.yml,
-then what a user does next: rerun the data step, lose a rank, resume, press Ctrl-C.
+then what a user does next: rerun the data step, lose a rank, resume, press
+Ctrl-C, run their own jobs (examples/) on their own data layouts, and get
+bad job input refused before any node changes.
 
 Nodes are inspected through `docker exec`, the harness's own channel; every
 playbook connects over SSH with host keys checked, as on real hardware.
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster_helpers  # noqa: E402
@@ -244,3 +247,140 @@ def test_a_renamed_data_set_is_written_and_trained_under_its_name(cluster):
     run = ARTIFACTS / "speech-softmax" / "latest"
     assert json.loads((run / "job.json").read_text())["job_env"]["JOB_DATA_DIR"] == "/srv/cntk/data/speech"
     assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90
+
+
+EXAMPLES = ROOT / "examples"
+
+
+def job_file(tmp_path, settings):
+    """The job's settings as a user writes them: a YAML file given with -e @job.yml."""
+    path = tmp_path / "job.yml"
+    path.write_text(yaml.safe_dump(settings))
+    return f"@{path}"
+
+
+def test_presplit_binary_parts_train_a_numpy_mpi4py_job(cluster, tmp_path):
+    """examples/presplit_numpy: the user's own .npz parts, one per rank, any format."""
+    subprocess.run([sys.executable, str(EXAMPLES / "presplit_numpy" / "make_parts.py"), "--out",
+                    str(tmp_path / "logistic"), "--parts", "8"], check=True, capture_output=True)
+    job = job_file(tmp_path, {
+        "cluster_dataset_name": "logistic", "dataset_layout": "presplit",
+        "dataset_train_source": str(tmp_path / "logistic" / "train"),
+        "dataset_test_source": str(tmp_path / "logistic" / "test.npz"),
+        "train_job_source": "examples/presplit_numpy", "train_job_entry": "train.py",
+        "train_job_args": ["--epochs", "5"]})
+    ansible_playbook("data.yml", "-e", job)
+    # Each node holds its two ranks' parts (and the head node the test set) only.
+    assert on_node("node2", "ls /srv/cntk/data/logistic").split() == [
+        "manifest.json", "shard-00002.npz", "shard-00003.npz"]
+    assert "test.npz" in on_node("node1", "ls /srv/cntk/data/logistic").split()
+    assert all(counts["changed"] == 0 for counts in recap(ansible_playbook("data.yml", "-e", job).stdout).values())
+    train = ansible_playbook("train.yml", "-e", job)
+    assert "logistic-train | " in train.stdout
+    run = ARTIFACTS / "logistic-train" / "latest"
+    summary = json.loads((run / "summary.json").read_text())
+    # examples/presplit_numpy/README.md: 0.840 on 8 ranks; the true weights score about 0.845.
+    assert summary["test_accuracy"] >= 0.80 and summary["ranks"] == 8
+    assert (run / "model.npz").stat().st_size > 0
+    assert json.loads((run / "job.json").read_text())["job_env"]["JOB_DATA_LAYOUT"] == "presplit"
+
+
+def test_a_plain_mpi4py_job_runs_on_a_sharded_text_file(cluster, tmp_path):
+    """examples/mpi4py_kmeans: no training framework, a one-point-a-line .txt cut into slices."""
+    subprocess.run([sys.executable, str(EXAMPLES / "mpi4py_kmeans" / "make_points.py"), "--out",
+                    str(tmp_path / "points")], check=True, capture_output=True)
+    job = job_file(tmp_path, {
+        "cluster_dataset_name": "points", "dataset_layout": "shard",
+        "dataset_train_source": str(tmp_path / "points" / "points.txt"),
+        "dataset_test_source": str(tmp_path / "points" / "test.txt"),
+        "train_job_source": "examples/mpi4py_kmeans", "train_job_entry": "kmeans.py",
+        "train_job_args": ["--k", "5"], "train_job_secret_env": {"API_TOKEN": "s3cr3t-t0ken"}})
+    ansible_playbook("data.yml", "-e", job)
+    assert on_node("node3", "ls /srv/cntk/data/points").split() == [
+        "manifest.json", "shard-00004.txt", "shard-00005.txt"]
+    train = ansible_playbook("train.yml", "-e", job)
+    # Progress from the job's own metrics file.
+    assert re.search(r"points-kmeans \| epoch \d+ \| step \d+ \| samples [\d,]+ \| loss ", train.stdout), \
+        train.stdout[-3000:]
+    run = ARTIFACTS / "points-kmeans" / "latest"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["converged"] and summary["ranks"] == 8 and len(summary["cluster_sizes"]) == 5
+    assert (run / "centroids.txt").is_file()
+    # A secret reaches the ranks (run.sh, the training user's) and is recorded nowhere else.
+    assert json.loads((run / "job.json").read_text())["secret_env"] == ["API_TOKEN"]
+    assert "s3cr3t-t0ken" not in train.stdout
+    assert not [path for path in run.rglob("*") if path.is_file() and b"s3cr3t-t0ken" in path.read_bytes()]
+    run_sh = f"/srv/cntk/jobs/points-kmeans/runs/{run.resolve().name}/run.sh"
+    assert on_node("node1", f"stat -c '%U %a' {run_sh}; grep -c s3cr3t-t0ken {run_sh}").split() == ["cntk", "750", "1"]
+    assert (run / "plot.png").stat().st_size > 0 and 'src="plot.png"' in (run / "report.html").read_text()
+
+
+def test_a_failing_job_names_the_rank_and_quotes_its_error(cluster, tmp_path):
+    source = tmp_path / "failing"
+    source.mkdir()
+    (source / "job.py").write_text(
+        "import os\nfrom mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.Get_rank() == 5:\n"
+        "    open(os.path.join(os.environ['JOB_DATA_DIR'], 'no-such-file.bin'))\n"
+        "MPI.COMM_WORLD.Barrier()\n")
+    started = time.monotonic()
+    result = ansible_playbook("train.yml", "-e", job_file(tmp_path, {
+        "train_job_source": str(source), "train_job_entry": "job.py", "train_job_args": []}), check=False)
+    assert result.returncode != 0
+    # The rank that failed ends at once (files/run_rank.py): no hang in MPI_Finalize.
+    assert time.monotonic() - started < 180
+    assert "rank 5 on node3 exited with code 1" in result.stdout, result.stdout[-3000:]
+    assert "Rank 5 on node3 said:" in result.stdout
+    assert "FileNotFoundError: [Errno 2] No such file or directory: '/srv/cntk/data/digits/no-such-file.bin'" \
+        in result.stdout
+
+
+def bad_parts(tmp_path):
+    parts = tmp_path / "three-parts"
+    parts.mkdir()
+    for index in range(3):
+        (parts / f"part-{index}.bin").write_bytes(bytes([index]) * 16)
+    return {"dataset_layout": "presplit", "dataset_train_source": str(parts)}
+
+
+def few_samples(tmp_path):
+    source = tmp_path / "few.ctf"
+    source.write_text("|features 1 |labels 1\n" * 5)
+    return {"dataset_train_source": str(source)}
+
+
+BAD_INPUT = {
+    "missing source": (lambda tmp: {"train_job_source": "/nonexistent/job"},
+                       "train_job_source=/nonexistent/job is not a folder on the controller"),
+    "missing entry": (lambda tmp: {"train_job_source": "examples/mpi4py_kmeans", "train_job_entry": "missing.py"},
+                      "train_job_entry=missing.py is not a file in train_job_source="),
+    "entry outside the source": (lambda tmp: {"train_job_source": "examples/mpi4py_kmeans",
+                                              "train_job_entry": "../presplit_numpy/train.py"},
+                                 "is outside train_job_source="),
+    "arguments not strings": (lambda tmp: {"train_job_args": ["--epochs", 3]}, "train_job_args holds [3]"),
+    "presplit count": (bad_parts, "3 files for 8 ranks"),
+    # The local inventory writes the demo data where it is missing (dataset_generate: digits); a user's is not.
+    "missing data": (lambda tmp: {"dataset_train_source": str(tmp / "nonexistent" / "train.ctf"), "dataset_generate": ""},
+                     "nonexistent/train.ctf does not exist"),
+    "fewer samples than ranks": (few_samples, "5 samples"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_job_input_is_refused_before_any_node_changes(cluster, tmp_path, case):
+    settings, message = BAD_INPUT[case]
+    playbook = "data.yml" if case in ("presplit count", "missing data", "fewer samples than ranks") else "train.yml"
+    result = ansible_playbook(playbook, "-e", job_file(tmp_path, settings(tmp_path)), check=False)
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout[-3000:]
+    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), result.stdout[-3000:]
+
+
+def test_site_refuses_bad_job_input_in_preflight_before_provisioning(cluster, tmp_path):
+    result = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml"),
+                             "-e", job_file(tmp_path, bad_parts(tmp_path))],
+                            capture_output=True, text=True, env=playbook_env(), cwd=ROOT, timeout=600)
+    assert result.returncode != 0
+    assert "3 files for 8 ranks" in result.stdout
+    assert "PLAY [Provision" not in result.stdout
+    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values())

@@ -88,16 +88,17 @@ def _names(first_vars):
     if model is not None and (not isinstance(model, str) or not PATH_NAME_RE.fullmatch(model) or ".." in model):
         problems.append(f"train_job_args.model={model!r} is part of the job's name (a folder): use letters, "
                         "digits, '.', '-' or '_'")
-    env = first_vars.get("train_job_env")
-    if env is not None and not isinstance(env, dict):
-        problems.append(f"train_job_env={env!r}: give a mapping of environment variable names to values")
-    for key in env if isinstance(env, dict) else ():
-        if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
-            problems.append(f"train_job_env has the name {key!r}: an environment variable name is letters, digits "
-                            "and '_', not starting with a digit")
-        elif key.startswith("JOB_"):
-            problems.append(f"train_job_env sets {key}: JOB_* variables are the cluster's word to the job "
-                            "(training/README.md, the job contract); give yours another name")
+    for variable in ("train_job_env", "train_job_secret_env"):
+        env = first_vars.get(variable)
+        if env is not None and not isinstance(env, dict):
+            problems.append(f"{variable}: give a mapping of environment variable names to values")
+        for key in env if isinstance(env, dict) else ():
+            if not isinstance(key, str) or not ENV_NAME_RE.fullmatch(key):
+                problems.append(f"{variable} has the name {key!r}: an environment variable name is letters, "
+                                "digits and '_', not starting with a digit")
+            elif key.startswith("JOB_"):
+                problems.append(f"{variable} sets {key}: JOB_* variables are the cluster's word to the job "
+                                "(training/README.md, the job contract); give yours another name")
     return problems
 
 
