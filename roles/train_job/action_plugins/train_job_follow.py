@@ -93,13 +93,16 @@ class ActionModule(ActionBase):
         return result.get("stdout", "")
 
     def _stop_job(self, run_dir, user):
-        """TERM, then KILL, the pid in the run's file, which the training user owns: only a plain
-        number above 1 (never -1, "every process") whose process belongs to that user."""
-        quoted = shlex.quote(run_dir)
+        """TERM, then KILL, mpirun's process group (run.sh starts mpirun under setsid), by the pid
+        in the run's file, which the training user owns: only a plain number above 1 (never -1,
+        "every process") whose process belongs to that user; and the signals are sent as that
+        user, so a group holding anyone else's process (a sudo) is out of reach."""
+        quoted, as_user = shlex.quote(run_dir), shlex.quote(user)
         self._remote(f"cd {quoted} && p=$(head -c 16 {job_files.MPIRUN_PID} 2>/dev/null); "
                      "case \"$p\" in ''|*[!0-9]*|0|1) exit 0;; esac; "
-                     f"[ \"$(stat -c %U /proc/$p 2>/dev/null)\" = {shlex.quote(user)} ] || exit 0; "
-                     "kill -TERM \"$p\" 2>/dev/null; sleep 3; kill -KILL \"$p\" 2>/dev/null; true")
+                     f"[ \"$(stat -c %U /proc/$p 2>/dev/null)\" = {as_user} ] || exit 0; "
+                     f"runuser -u {as_user} -- kill -TERM -- \"-$p\" 2>/dev/null; sleep 3; "
+                     f"runuser -u {as_user} -- kill -KILL -- \"-$p\" 2>/dev/null; true")
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
