@@ -893,17 +893,24 @@ def too_few(samples, ranks, source):
                          % (samples, ranks))
 
 
+def unchanged_report(out, paths, expect, verify, started):
+    """The report of a run with nothing to do (the quick check holds), or None."""
+    if verify or not os.path.isdir(out):
+        return None
+    held = lock(out)
+    try:
+        old = quick_unchanged(out, paths, expect)
+    finally:
+        os.close(held)
+    return None if old is None else report(False, out, old, expect["ranks"], [], started)
+
+
 def split(paths, out, names, expect, verify, started):
     """The shard layout (see the module doc)."""
     ranks = expect["ranks"]
-    if not verify and os.path.isdir(out):
-        held = lock(out)
-        try:
-            old = quick_unchanged(out, paths, expect)
-        finally:
-            os.close(held)
-        if old is not None:
-            return report(False, out, old, ranks, [], started)
+    unchanged = unchanged_report(out, paths, expect, verify, started)
+    if unchanged is not None:
+        return unchanged
 
     def worth_verifying(manifest):  # cheap look before hashing the old shards
         try:
@@ -1041,14 +1048,9 @@ def whole_file_manifest(expect, files, entries):
 
 def lay_out_whole_files(paths, out, names, expect, verify, started):
     """The replicate and presplit layouts (see the module doc)."""
-    if not verify and os.path.isdir(out):
-        held = lock(out)
-        try:
-            old = quick_unchanged(out, paths, expect)
-        finally:
-            os.close(held)
-        if old is not None:
-            return report(False, out, old, expect["ranks"], [], started)
+    unchanged = unchanged_report(out, paths, expect, verify, started)
+    if unchanged is not None:
+        return unchanged
 
     held = old = None
     try:
