@@ -83,6 +83,8 @@ def run(tmp_path, upstream, sha, extra=None):
         "source_build_check_argv": [str(prefix / "bin" / "hello")],
         "source_build_check_patterns": ["^hello 1\\.0 "],
         "source_build_work_dir": str(tmp_path / "work"),
+        # The tiny project builds in a blink: look every second, not every 10.
+        "source_build_poll_seconds": 1,
         "source_build_node_dir": str(tmp_path / "node-builds"),
         "source_build_artifact_dir": str(tmp_path / "node-artifacts"),
         **(extra or {}),

@@ -384,3 +384,37 @@ def test_site_refuses_bad_job_input_in_preflight_before_provisioning(cluster, tm
     assert "3 files for 8 ranks" in result.stdout
     assert "PLAY [Provision" not in result.stdout
     assert all(counts["changed"] == 0 for counts in recap(result.stdout).values())
+
+
+def test_one_job_at_a_time_and_stop_yml_stops_the_running_one(cluster):
+    proc = start_training("e2e-running", "-e", "train_job_force=true")
+    read_until_progress(proc, min_epoch=2)
+    second = ansible_playbook("train.yml", "-e", "train_job_name=e2e-second", check=False)
+    assert second.returncode != 0
+    assert re.search(r"node1: job e2e-running run \d{8}T\d{6}Z is running there; the cluster runs one job at a "
+                     r"time", second.stdout), second.stdout[-3000:]
+    assert all(counts["changed"] == 0 for counts in recap(second.stdout).values())
+    stopped = ansible_playbook("stop.yml")
+    assert "job e2e-running run " in stopped.stdout
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0
+    assert "it was asked to stop (playbooks/stop.yml)" in output, output[-3000:]
+    assert wait_for_processes_gone(20), training_processes()
+
+
+def test_code_on_a_shared_filesystem_is_run_where_it_is(cluster, tmp_path):
+    # Every node mounts .cluster/e2e/shared at /shared, as it would an NFS export.
+    code = ROOT / ".cluster" / NAME / "shared" / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "count.py").write_text(
+        "import json, os\nfrom mpi4py import MPI\n"
+        "lines = sum(1 for name in os.listdir(os.environ['JOB_DATA_DIR']) if name.startswith('shard-')\n"
+        "            for _ in open(os.path.join(os.environ['JOB_DATA_DIR'], name)))\n"
+        "total = MPI.COMM_WORLD.allreduce(lines)\n"
+        "if MPI.COMM_WORLD.Get_rank() == 0:\n"
+        "    json.dump({'lines': total}, open(os.path.join(os.environ['JOB_OUTPUT_DIR'], 'count.json'), 'w'))\n")
+    ansible_playbook("train.yml", "-e", job_file(tmp_path, {
+        "train_job_source": "/shared/code", "train_job_source_shared": True, "train_job_entry": "count.py"}))
+    # Each node's shards counted once per rank on it: 2 ranks a node, each node holds 2 shards.
+    assert json.loads((ARTIFACTS / "digits-count" / "latest" / "count.json").read_text())["lines"] == 2 * 1438
+    assert "digits-count" not in on_node("node2", "ls /var/lib/cntk-cluster/jobs").split()
