@@ -25,8 +25,8 @@ def killed(tmp_path, pid_text, user="cntk"):
     follower._stop_job(str(run_dir), user)
     [command] = commands
     log = run_dir / "kills"
-    # runuser -u USER -- kill ...: the recorder stands in for both.
-    script = (f"kill() {{ echo \"$@\" >> {log}; }}; runuser() {{ shift 3; \"$@\"; }}; sleep() {{ :; }}; "
+    # runuser -u USER -- sh -c SCRIPT: SCRIPT runs here, where kill is the recorder.
+    script = (f"kill() {{ echo \"$@\" >> {log}; }}; runuser() {{ eval \"$6\"; }}; sleep() {{ :; }}; "
               f"{command}")
     subprocess.run(["sh", "-c", script], check=True)
     return log.read_text().splitlines() if log.exists() else []
@@ -40,8 +40,7 @@ def test_a_hostile_pid_file_signals_nothing(tmp_path, pid_text):
 def test_the_jobs_pid_is_stopped_with_term_then_kill(tmp_path):
     job = subprocess.Popen(["sleep", "30"])
     try:
-        assert killed(tmp_path, f"{job.pid}\n", user=getpass.getuser()) == [f"-TERM -- -{job.pid}",
-                                                                           f"-KILL -- -{job.pid}"]
+        assert killed(tmp_path, f"{job.pid}\n", user=getpass.getuser()) == [f"-TERM -{job.pid}", f"-KILL -{job.pid}"]
     finally:
         job.kill()
 

@@ -76,11 +76,20 @@ def _plain(name):
     return f"{{ [ ! -L {name} ] && cat {name}; }} 2>/dev/null"
 
 
-class Interrupted(Exception):
-    """Ctrl-C reached this worker (as SIGINT, or as SIGTERM from Ansible's main process)."""
+class Interrupted(BaseException):
+    """Ctrl-C reached this worker (as SIGINT, or as SIGTERM from Ansible's main process).
+
+    A BaseException, as KeyboardInterrupt is: the signal most often lands while a poll
+    runs inside Ansible's connection code, whose `except Exception` handlers would turn
+    an Exception into a failed command and the follower would poll on."""
 
 
 def _interrupt(signum, frame):
+    # Ctrl-C arrives more than once (the terminal's SIGINT, Ansible's main process
+    # forwarding it, then its SIGTERM): only the first may interrupt, or a second
+    # one would cut the stop short.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signal.Signals(signum).name)
 
 
@@ -92,17 +101,20 @@ class ActionModule(ActionBase):
         result = self._low_level_execute_command(command, sudoable=True)
         return result.get("stdout", "")
 
+    def _as_user(self, user, script):
+        """Run a shell script on the head node as the training user (runuser from root): the
+        run folder is that user's, and nothing read or signalled there is done with root's rights."""
+        return self._remote(f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(script)}")
+
     def _stop_job(self, run_dir, user):
         """TERM, then KILL, mpirun's process group (run.sh starts mpirun under setsid), by the pid
         in the run's file, which the training user owns: only a plain number above 1 (never -1,
-        "every process") whose process belongs to that user; and the signals are sent as that
-        user, so a group holding anyone else's process (a sudo) is out of reach."""
-        quoted, as_user = shlex.quote(run_dir), shlex.quote(user)
-        self._remote(f"cd {quoted} && p=$(head -c 16 {job_files.MPIRUN_PID} 2>/dev/null); "
-                     "case \"$p\" in ''|*[!0-9]*|0|1) exit 0;; esac; "
-                     f"[ \"$(stat -c %U /proc/$p 2>/dev/null)\" = {as_user} ] || exit 0; "
-                     f"runuser -u {as_user} -- kill -TERM -- \"-$p\" 2>/dev/null; sleep 3; "
-                     f"runuser -u {as_user} -- kill -KILL -- \"-$p\" 2>/dev/null; true")
+        "every process") whose process belongs to that user; and as that user, so a group
+        holding anyone else's process (a sudo) is out of reach. (dash's kill: "-PID" is the group.)"""
+        self._as_user(user, f"cd {shlex.quote(run_dir)} && p=$(head -c 16 {job_files.MPIRUN_PID} 2>/dev/null); "
+                            "case \"$p\" in ''|*[!0-9]*|0|1) exit 0;; esac; "
+                            f"[ \"$(stat -c %U /proc/$p 2>/dev/null)\" = {shlex.quote(user)} ] || exit 0; "
+                            "kill -TERM \"-$p\" 2>/dev/null; sleep 3; kill -KILL \"-$p\" 2>/dev/null; true")
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -111,7 +123,7 @@ class ActionModule(ActionBase):
         poll = max(1, int(args.get("poll_seconds", 3)))
         quoted = shlex.quote(run_dir)
         user = args["user"]
-        # Root reads the training user's folder: never through a symlink there.
+        # The training user's folder, read as that user, and never through a symlink there.
         probe = (f"cd {quoted} && touch -h {job_files.HEARTBEAT} && {_plain(job_files.EXIT_CODE)}; "
                  f"echo {SEPARATOR}; [ ! -L {job_files.OUTPUT_DIR} ] && "
                  f"[ ! -L {job_files.OUTPUT_DIR}/{job_files.METRICS} ] && "
@@ -124,7 +136,10 @@ class ActionModule(ActionBase):
         try:
             while rc is None:
                 try:
-                    exit_text, _, metrics = self._remote(probe).partition(SEPARATOR)
+                    answer = self._as_user(user, probe)
+                    if SEPARATOR not in answer:
+                        raise AnsibleError(f"the probe did not run as {user}: {answer.strip()[:200]!r}")
+                    exit_text, _, metrics = answer.partition(SEPARATOR)
                     missed = 0
                 except AnsibleError as exc:
                     missed += 1
@@ -152,8 +167,13 @@ class ActionModule(ActionBase):
         except (Interrupted, KeyboardInterrupt):
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)
-            display.display(f"{name}: interrupted, stopping the job on every node")
+            # The stop first: Ansible's main process is going away, and a display
+            # (sent through it) may block or fail.
             self._stop_job(run_dir, user)
+            try:
+                display.display(f"{name}: interrupted, the job was stopped on every node")
+            except Exception:  # the main process may be gone: the job is stopped all the same
+                pass
             raise KeyboardInterrupt from None
         finally:
             for sig, handler in previous.items():
@@ -163,14 +183,14 @@ class ActionModule(ActionBase):
             result.update({job_files.JOB_RC: 255}, seconds=round(time.monotonic() - started, 1),
                           last_progress=last_record, reason=gave_up, changed=False, failed=False)
             return result
-        log = self._remote(f"cd {quoted} && {_plain(job_files.LAUNCHER_LOG['Linux'])}; "
+        log = self._as_user(user, f"cd {quoted} && {_plain(job_files.LAUNCHER_LOG['Linux'])}; "
                            f"{_plain(job_files.STOP_REASON)}")
         # Merged into job.json as the run's outcome.
         result.update({job_files.JOB_RC: rc}, seconds=round(time.monotonic() - started, 1),
                       last_progress=last_record, changed=False, failed=False)
         if rc != 0:
             rank, host, reason = mpirun_failure(log, layout)
-            stop = self._remote(f"cd {quoted} && {_plain(job_files.STOP_REASON)}").strip()
+            stop = self._as_user(user, f"cd {quoted} && {_plain(job_files.STOP_REASON)}").strip()
             result.update({job_files.JOB_FAILED_RANK: rank, job_files.JOB_FAILED_HOST: host},
                           reason=stop or reason or f"mpirun exited with code {rc}",
                           mpirun_log_tail=log.splitlines()[-40:])
