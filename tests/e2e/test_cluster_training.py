@@ -387,7 +387,8 @@ def test_site_refuses_bad_job_input_in_preflight_before_provisioning(cluster, tm
 
 
 def test_one_job_at_a_time_and_stop_yml_stops_the_running_one(cluster):
-    proc = start_training("e2e-running", "-e", "train_job_force=true")
+    # Long enough to outlast the second train step and stop.yml on a loaded machine.
+    proc = start_training("e2e-running", "-e", json.dumps({"train_job_args": dict(LONG_ARGS, epochs=400)}))
     read_until_progress(proc, min_epoch=2)
     second = ansible_playbook("train.yml", "-e", "train_job_name=e2e-second", check=False)
     assert second.returncode != 0
