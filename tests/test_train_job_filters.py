@@ -161,10 +161,15 @@ def test_fetch_list_keeps_outputs_inside_the_run_and_off_the_records():
         {"src": out + "/plots/loss.png", "dest": "plots/loss.png"}]
 
 
-def test_failure_quotes_the_failed_ranks_traceback(tmp_path):
-    rank_dir = tmp_path / "logs" / "node2" / "1" / "rank.3"
+def rank_stderr(run_dir, host, rank, text):
+    """A rank's stderr as collect fetches it: logs/<host>/1/rank.N/stderr."""
+    rank_dir = run_dir / "logs" / host / "1" / f"rank.{rank}"
     rank_dir.mkdir(parents=True)
-    (rank_dir / "stderr").write_text(
+    (rank_dir / "stderr").write_text(text)
+
+
+def test_failure_quotes_the_failed_ranks_traceback(tmp_path):
+    rank_stderr(tmp_path, "node2", 3,
         "warming up\nTraceback (most recent call last):\n  File \"dt.py\", line 9, in <module>\n    main()\n"
         "  File \"dt.py\", line 5, in main\n    open(path)\nFileNotFoundError: [Errno 2] No such file: 'x'\n")
     outcome = tj.train_job_failure({"rc": 1, "failed_rank": 3, "failed_host": "node2"}, str(tmp_path))
@@ -176,9 +181,7 @@ def test_failure_quotes_the_failed_ranks_traceback(tmp_path):
 
 
 def test_failure_cuts_cntks_call_stack_and_keeps_the_outcome_without_logs(tmp_path):
-    rank_dir = tmp_path / "logs" / "node1" / "1" / "rank.0"
-    rank_dir.mkdir(parents=True)
-    (rank_dir / "stderr").write_text(
+    rank_stderr(tmp_path, "node1", 0,
         "Traceback (most recent call last):\n  File \"t.py\", line 2, in <module>\n    C.x()\n"
         "RuntimeError: Reader: the input file 'a.ctf' does not exist\n\n[CALL STACK]\n    > Microsoft::MSR::X\n")
     outcome = tj.train_job_failure({"rc": 1, "failed_rank": 0, "failed_host": "node1"}, str(tmp_path))
