@@ -15,7 +15,7 @@ from inventory_helpers import GROUP_VARS, closed_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_preflight(tmp_path, hosts, port):
+def run_preflight(tmp_path, hosts, port, playbook="playbooks/preflight.yml", args=()):
     inventory = tmp_path / "inventory"
     (inventory / "group_vars").mkdir(parents=True)
     (inventory / "group_vars" / "all.yml").write_text(yaml.safe_dump(GROUP_VARS))
@@ -25,7 +25,7 @@ def run_preflight(tmp_path, hosts, port):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     ansible_playbook = Path(sys.executable).with_name("ansible-playbook")
     return subprocess.run(
-        [str(ansible_playbook), "-i", str(inventory), str(ROOT / "playbooks" / "preflight.yml")],
+        [str(ansible_playbook), "-i", str(inventory), str(ROOT / playbook), *args],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=180,
     )
 
@@ -74,4 +74,29 @@ def test_a_cuda_override_the_matrix_rejects_stops_before_any_node_is_contacted(t
             GROUP_VARS.pop(key)
     assert result.returncode != 0
     assert "cuda_version=11.0 does not match CNTK 2.7, which needs CUDA 10.0" in result.stdout
+    assert "unreachable" not in result.stdout.lower().split("play recap")[0]
+
+
+TWO_NODES = {"node1": {"ansible_host": "127.0.0.91", "cluster_address": "127.0.0.91"},
+             "node2": {"ansible_host": "127.0.0.92", "cluster_address": "127.0.0.92"}}
+
+
+def test_site_with_a_mistyped_tag_stops_before_any_node_is_contacted(tmp_path):
+    result = run_preflight(tmp_path, TWO_NODES, closed_port(), "site.yml", ["--tags", "trian"])
+    assert result.returncode != 0
+    assert "--tags trian: no play of this project has that tag" in result.stdout
+    assert "unreachable" not in result.stdout.lower().split("play recap")[0]
+
+
+def test_site_with_a_limit_that_cuts_the_training_group_stops_before_any_node_is_contacted(tmp_path):
+    result = run_preflight(tmp_path, TWO_NODES, closed_port(), "site.yml", ["--limit", "node2"])
+    assert result.returncode != 0
+    assert "--limit leaves out node1, but the data step works on every node of `training` at once" in result.stdout
+    assert "unreachable" not in result.stdout.lower().split("play recap")[0]
+
+
+def test_the_data_step_alone_refuses_a_limit_that_cuts_the_training_group(tmp_path):
+    result = run_preflight(tmp_path, TWO_NODES, closed_port(), "playbooks/data.yml", ["--limit", "node1"])
+    assert result.returncode != 0
+    assert "--limit leaves out node2, but this step works on every node of `training` at once" in result.stdout
     assert "unreachable" not in result.stdout.lower().split("play recap")[0]
