@@ -7,7 +7,7 @@ import yaml
 from run_scope import run_scope_problems
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULTS = yaml.safe_load((ROOT / "roles" / "preflight" / "defaults" / "main.yml").read_text())
+DEFAULTS = yaml.safe_load((ROOT / "roles" / "preflight" / "vars" / "main.yml").read_text())
 STEPS, OTHER_TAGS = DEFAULTS["preflight_steps"], DEFAULTS["preflight_other_tags"]
 NODES = ["node1", "node2", "node3", "node4"]
 GROUPS = {"all": NODES + ["head"], "cluster": NODES + ["head"], "training": NODES}

@@ -153,7 +153,7 @@ def test_second_site_run_changes_nothing_and_trains_nothing(cluster):
 def test_second_data_run_moves_no_bytes(cluster):
     result = ansible_playbook("data.yml")
     assert all(counts["changed"] == 0 for counts in recap(result.stdout).values())
-    sends = result.stdout.split("Send the missing or damaged shards")[1].split("TASK [")[0]
+    sends = result.stdout.split("Send the missing or damaged data files")[1].split("TASK [")[0]
     assert "changed:" not in sends and "skipping: [node1]" in sends
 
 
@@ -217,7 +217,7 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
                          "dataset_shared_test": "/shared/src/test.ctf", "train_job_name": "e2e-shared"})
     before = {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
     result = ansible_playbook("data.yml", "-e", shared)
-    assert "Send the missing or damaged shards" not in result.stdout
+    assert "Send the missing or damaged data files" not in result.stdout
     assert recap(result.stdout)["node1"]["changed"] > 0
     ansible_playbook("train.yml", "-e", shared)
     run = ARTIFACTS / "e2e-shared" / "latest"

@@ -1,0 +1,129 @@
+"""roles/dataset/library/dataset_files.py: a node's data folder checked, repaired and recorded without re-hashing
+what was verified before, and never an unverified file under a name the job reads."""
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "roles" / "dataset" / "library"))
+
+import dataset_files  # noqa: E402
+from dataset_files import place, plan, safe_name  # noqa: E402
+
+MANIFEST = {"name": "digits", "layout": "shard", "test": None, "shards": []}
+
+
+def entry(name, data):
+    return {"shard": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+DATA = {"shard-00000.ctf": b"a" * 100, "shard-00001.ctf": b"b" * 50}
+WANTED = [entry(name, data) for name, data in DATA.items()]
+
+
+def arrive(folder, names):
+    """What rsync leaves in .incoming/."""
+    (folder / ".incoming").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / ".incoming" / name).write_bytes(DATA[name])
+
+
+@pytest.fixture
+def converged(tmp_path):
+    folder = tmp_path / "digits"
+    arrive(folder, DATA)
+    result = place(str(folder), WANTED, MANIFEST, full=False, check_mode=False)
+    assert result["changed"] and sorted(result["moved"]) == sorted(DATA)
+    return folder
+
+
+def count_hashes(monkeypatch):
+    hashed = []
+    real = dataset_files.sha256_of
+    monkeypatch.setattr(dataset_files, "sha256_of", lambda path: hashed.append(os.path.basename(path)) or real(path))
+    return hashed
+
+
+def test_an_empty_folder_needs_every_file(tmp_path):
+    found = plan(str(tmp_path / "none"), WANTED, MANIFEST, full=False)
+    assert found["send"] == list(DATA) and found["stale"] == [] and found["manifest_differs"]
+
+
+def test_a_converged_folder_is_checked_without_reading_a_file(converged, monkeypatch):
+    hashed = count_hashes(monkeypatch)
+    found = plan(str(converged), WANTED, MANIFEST, full=False)
+    assert (found["send"], found["stale"], found["manifest_differs"], found["cache_differs"]) == ([], [], False, False)
+    assert hashed == []
+    assert json.loads((converged / "manifest.json").read_text()) == MANIFEST
+    assert oct((converged / "shard-00000.ctf").stat().st_mode & 0o777) != "0o777"
+
+
+def test_full_verification_hashes_every_file_and_finds_damage_that_kept_size_and_mtime(converged, monkeypatch):
+    path = converged / "shard-00001.ctf"
+    before = path.stat()
+    with open(path, "r+b") as stream:
+        stream.write(b"X")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    hashed = count_hashes(monkeypatch)
+    assert plan(str(converged), WANTED, MANIFEST, full=False)["send"] == []
+    assert hashed == []
+    assert plan(str(converged), WANTED, MANIFEST, full=True)["send"] == ["shard-00001.ctf"]
+    assert sorted(hashed) == sorted(DATA)
+
+
+def test_a_changed_file_is_hashed_and_sent_and_a_stale_one_removed(converged, monkeypatch):
+    with open(converged / "shard-00000.ctf", "ab") as stream:
+        stream.write(b"|features 1\n")
+    (converged / "shard-00099.ctf").write_bytes(b"old")
+    (converged / "notes").mkdir()
+    found = plan(str(converged), WANTED, MANIFEST, full=False)
+    assert found["send"] == ["shard-00000.ctf"] and found["stale"] == ["shard-00099.ctf"]
+    arrive(converged, ["shard-00000.ctf"])
+    (converged / ".incoming" / "leftover").write_bytes(b"x")
+    result = place(str(converged), WANTED, MANIFEST, full=False, check_mode=False)
+    assert result == {"changed": True, "moved": ["shard-00000.ctf"], "removed": ["shard-00099.ctf"]}
+    assert (converged / "shard-00000.ctf").read_bytes() == DATA["shard-00000.ctf"]
+    assert sorted(os.listdir(converged)) == [".incoming", ".verified.json", "manifest.json", "notes"] + sorted(DATA)
+    assert os.listdir(converged / ".incoming") == []
+    hashed = count_hashes(monkeypatch)
+    assert plan(str(converged), WANTED, MANIFEST, full=False)["send"] == [] and hashed == []
+
+
+def test_a_file_that_arrived_damaged_stays_out_of_place_and_is_named(converged):
+    os.unlink(converged / "shard-00001.ctf")
+    (converged / ".incoming" / "shard-00001.ctf").write_bytes(b"c" * 50)
+    result = place(str(converged), WANTED, MANIFEST, full=False, check_mode=False)
+    assert result["failed"] and "shard-00001.ctf arrived with sha256" in result["bad"][0]
+    assert not (converged / "shard-00001.ctf").exists()
+    assert (converged / ".incoming" / "shard-00001.ctf").exists()
+
+
+def test_a_symlink_in_place_of_a_data_file_is_replaced_not_followed(converged, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_bytes(DATA["shard-00000.ctf"])
+    os.unlink(converged / "shard-00000.ctf")
+    os.symlink(target, converged / "shard-00000.ctf")
+    assert plan(str(converged), WANTED, MANIFEST, full=False)["send"] == ["shard-00000.ctf"]
+    arrive(converged, ["shard-00000.ctf"])
+    place(str(converged), WANTED, MANIFEST, full=False, check_mode=False)
+    assert not (converged / "shard-00000.ctf").is_symlink()
+    assert target.read_bytes() == DATA["shard-00000.ctf"]
+
+
+def test_check_mode_reports_without_touching_the_folder(converged):
+    (converged / "shard-00099.ctf").write_bytes(b"old")
+    arrive(converged, [])
+    result = place(str(converged), WANTED, dict(MANIFEST, layout="replicate"), full=False, check_mode=True)
+    assert result["changed"]
+    assert (converged / "shard-00099.ctf").exists()
+    assert json.loads((converged / "manifest.json").read_text()) == MANIFEST
+
+
+def test_only_plain_file_names_are_accepted():
+    assert safe_name("shard-00000.ctf") and safe_name("test.ctf")
+    for bad in ("", ".", "..", "../x", "a/b", ".verified.json", "manifest.json", None, "a\0b"):
+        assert not safe_name(bad), bad
