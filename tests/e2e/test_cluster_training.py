@@ -26,7 +26,9 @@ import cluster_helpers  # noqa: E402
 from cluster_helpers import node_shell, playbook_env, recap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "e2e"
+# Another name and address range let a second checkout run this file beside CI's.
+NAME = os.environ.get("E2E_CLUSTER_NAME", "e2e")
+FIRST_ADDRESS = os.environ.get("E2E_FIRST_ADDRESS", "127.0.0.51")
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
 TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
@@ -98,8 +100,8 @@ def cluster():
     # New nodes, and no runs on record from an earlier cluster of this name
     # (the controller's last_success.json would say the jobs are up to date).
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
-    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.51", "--nodes=4", "--backend=numpy"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=4",
+                           "--backend=numpy"], check=True, capture_output=True, text=True)
     started = time.monotonic()
     site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
                           text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
