@@ -1,12 +1,13 @@
 """roles/dataset/filter_plugins/dataset.py: which files a node holds, which of its files are stale,
 and what its manifest.json says."""
 
+import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "roles" / "dataset" / "filter_plugins"))
 
-from dataset import dataset_files_for, node_manifest, shards_to_send, stale_shards  # noqa: E402
+from dataset import dataset_files_for, node_manifest, relay_wave, relay_waves, shards_to_send, stale_shards  # noqa: E402,E501
 
 SHARDS = [{"shard": "shard-%05d.ctf" % r, "rank": r, "samples": 10, "bytes": 100, "sha256": "h%d" % r}
           for r in range(4)]
@@ -54,3 +55,21 @@ def test_the_node_manifest_says_layout_test_set_and_files():
         {"shard": "test.ctf", "bytes": 3, "sha256": "t"}]}  # no controller path
     assert node_manifest(REPLICATED, "d", "replicate", "")["test"] is None
     assert node_manifest(REPLICATED, "d", "replicate", None)["shards"][0]["ranks"] == "all"
+
+
+def test_relay_waves_form_a_binomial_tree_where_each_parent_is_served_first():
+    for count in range(1, 20):
+        nodes = ["n%d" % i for i in range(count)]
+        waves = relay_waves(nodes)
+        assert waves == 1 + math.ceil(math.log2(count)) if count > 1 else waves == 1
+        served = {}
+        for node in nodes:
+            wave, parent = relay_wave(nodes, node)
+            assert 0 <= wave < waves
+            assert (parent is None) == (node == nodes[0])
+            if parent is not None:
+                assert served[parent] < wave, (count, node, parent)
+            served[node] = wave
+        # Each wave at most doubles the nodes that hold the files.
+        for wave in range(waves):
+            assert sum(1 for w in served.values() if w <= wave) <= 2 ** wave

@@ -421,3 +421,32 @@ def test_code_on_a_shared_filesystem_is_run_where_it_is(cluster, tmp_path):
     # Each node's shards counted once per rank on it: 2 ranks a node, each node holds 2 shards.
     assert json.loads((ARTIFACTS / "digits-count" / "latest" / "count.json").read_text())["lines"] == 2 * 1438
     assert "digits-count" not in on_node("node2", "ls /var/lib/cntk-cluster/jobs").split()
+
+
+def test_a_replicated_set_leaves_the_controller_once_and_the_nodes_relay_it(cluster):
+    """dataset_layout: replicate: the controller sends node1 its copy; node2 takes it from node1, node3 and node4
+    from node1 and node2 (waves of relay_wave), each checked against the manifest's sha256; a node's damaged copy
+    is mended from its parent, not from the controller."""
+    digits = ROOT / ".cache" / "datasets" / "digits"
+    replicated = json.dumps({"cluster_dataset_name": "digitsrep", "dataset_layout": "replicate",
+                             "dataset_train_source": str(digits / "train.ctf"),
+                             "dataset_test_source": str(digits / "test.ctf")})
+    result = ansible_playbook("data.yml", "-e", replicated, "-v")
+
+    def changed_hosts(task):
+        section = result.stdout.split(f"TASK [dataset : {task}")[1].split("TASK [")[0]
+        return sorted(re.findall(r"^changed: \[(node\d)", section, re.M))
+
+    assert changed_hosts("Send the missing or damaged data files") == ["node1"]
+    assert changed_hosts("Take the data files from a node that holds them (wave 1)") == ["node2"]
+    assert changed_hosts("Take the data files from a node that holds them (wave 2)") == ["node3", "node4"]
+    sums = {node: on_node(node, "sha256sum /srv/cntk/data/digitsrep/train.ctf").split()[0] for node in NODES}
+    assert len(set(sums.values())) == 1, sums
+
+    on_node("node4", "echo '|features 1 |labels 1' >> /srv/cntk/data/digitsrep/train.ctf")
+    result = ansible_playbook("data.yml", "-e", replicated, "-v")
+    assert changed_hosts("Send the missing or damaged data files") == []
+    assert changed_hosts("Take the data files from a node that holds them (wave 2)") == ["node4"]
+    assert on_node("node4", "sha256sum /srv/cntk/data/digitsrep/train.ctf").split()[0] == sums["node1"]
+    for node in NODES:
+        on_node(node, "rm -rf /srv/cntk/data/digitsrep")

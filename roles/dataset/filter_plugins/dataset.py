@@ -48,7 +48,26 @@ def node_manifest(wanted, name, layout=None, test=None):
             "shards": [{key: entry[key] for key in NODE_KEYS if key in entry} for entry in wanted]}
 
 
+def relay_wave(nodes, host):
+    """(wave, parent) of host in a binomial tree over nodes: wave 0 is the head
+    node, fed by the controller (parent None); in wave k >= 1 the nodes
+    2**(k-1) .. 2**k - 1 each take the files from the node 2**(k-1) before
+    them, which has held them since an earlier wave. So the controller sends
+    the bytes once and N nodes are served in 1 + ceil(log2 N) waves."""
+    index = list(nodes).index(host)
+    if index == 0:
+        return [0, None]
+    wave = index.bit_length()
+    return [wave, nodes[index - (1 << (wave - 1))]]
+
+
+def relay_waves(nodes):
+    """How many waves relay_wave uses for these nodes."""
+    return 1 + max(len(nodes) - 1, 0).bit_length()
+
+
 class FilterModule:
     def filters(self):
         return {"dataset_files_for": dataset_files_for, "shards_to_send": shards_to_send,
-                "stale_shards": stale_shards, "node_manifest": node_manifest}
+                "stale_shards": stale_shards, "node_manifest": node_manifest,
+                "relay_wave": relay_wave, "relay_waves": relay_waves}
