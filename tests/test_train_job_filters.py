@@ -161,6 +161,44 @@ def test_fetch_list_keeps_outputs_inside_the_run_and_off_the_records():
         {"src": out + "/plots/loss.png", "dest": "plots/loss.png"}]
 
 
+def test_fetch_list_gives_rsync_one_plain_name_a_line():
+    """collect-Linux.yml hands these names to rsync --files-from, one a line: a
+    name that would split a line, read as a comment ('#', ';'), or step out of
+    the folder stays on the node."""
+    logs = "/srv/cntk/jobs/j/runs/1/logs"
+    odd = ["1/rank.2/a\nb", "1/rank.2/#c", "1/rank.2/;d", "1/rank.2/a b", "1/rank.2/a\\b", "1/./rank.0/x",
+           "1//x", "1/../../x", "1/rank.2/\u00e9", "1/rank.2/a\rb", "1/rank.2/a\tb"]
+    found = [{"path": f"{logs}/{name}"} for name in ["1/rank.1/stderr", "1/rank.0/stdout", *odd]]
+    found.append({"path": "/etc/shadow"})
+    names = [entry["dest"] for entry in tj.train_job_fetch_list([{"item": {"path": logs}, "files": found}], logs, [])]
+    assert names == ["1/rank.0/stdout", "1/rank.1/stderr"]
+    assert "\n".join(names).splitlines() == names
+
+
+def test_results_come_back_by_one_confined_rsync_per_folder():
+    """The rsync of collect-Linux.yml: the training user's side, host keys
+    checked, the filter's list only, no links, no recursion, nothing deleted."""
+    import yaml
+    tasks = yaml.safe_load((ROOT / "roles" / "train_job" / "tasks" / "collect-Linux.yml").read_text())
+    [block] = [task for task in tasks if "block" in task]
+    argv = block["vars"]["train_job_pull_argv"]
+    assert argv[0] == "rsync" and "--files-from=-" in argv and "--chmod=D0755,F0644" in argv
+    assert "--max-size={{ train_job_fetch_max_mb }}M" in argv
+    assert "--rsh={{ hostvars[inventory_hostname] | ssh_command_for }}" in argv
+    assert any(arg.startswith("--rsync-path=") and "cluster_training_user" in arg for arg in argv)
+    options = [arg for arg in argv if arg.startswith("-")]
+    for arg in options:
+        assert not arg.startswith(("--links", "--archive", "--recursive", "--copy-", "--del", "--remove", "-e")), arg
+        assert arg.startswith("--"), f"{arg}: a short option hides what it implies (-a: --links, --recursive)"
+    assert "StrictHostKeyChecking=no" not in str(tasks) and "/dev/null" not in str(tasks)
+    pulls = [task for task in block["block"] if "ansible.builtin.command" in task]
+    assert [task["ansible.builtin.command"]["argv"] for task in pulls] == ["{{ train_job_pull_argv }}"] * 2
+    for task in pulls:
+        assert task["delegate_to"] == "localhost" and task["become"] is False
+        assert "train_job_fetch_list" in task["vars"]["train_job_pull_names"]
+    assert "ansible.builtin.fetch" not in str(tasks)
+
+
 def rank_stderr(run_dir, host, rank, text):
     """A rank's stderr as collect fetches it: logs/<host>/1/rank.N/stderr."""
     rank_dir = run_dir / "logs" / host / "1" / f"rank.{rank}"

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""A data set every node needs whole (dataset_layout: replicate), sent to 2, 4 and 8 nodes with the nodes relaying
+it to each other (dataset_fanout: true) and with the controller sending every node its copy (false), in one run.
+
+    bench/fanout_bench.py [--megabytes 200] [--nodes 2,4,8]
+
+For each: wall time of playbooks/data.yml on empty data folders, the bytes the controller's rsyncs sent (rsync
+--stats of the task that sends from the controller) and the bytes the nodes relayed to each other. Uses a cluster of
+its own (`fanout`, 127.0.0.151..), provisioned once for the largest node count; the smaller counts use an inventory
+of its first nodes. Writes bench/results/fanout.json and bench/results/fanout.md.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+NAME = "fanout"
+STATE = ROOT / ".cluster" / NAME
+TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+DATASET = "fanoutset"
+SEND_TASK = "Send the missing or damaged data files"
+RELAY_TASK = "Take the data files from a node that holds them"
+
+
+def write_dataset(path, megabytes):
+    """CTF lines of 64 features and a one-hot label."""
+    line = "|features " + " ".join(f"{i / 64:.4f}" for i in range(64)) + " |labels 1 0 0 0 0 0 0 0 0 0\n"
+    block = (line * 1000).encode()
+    with open(path, "wb") as out:
+        for _ in range(max(1, int(megabytes * 1e6 / len(block)))):
+            out.write(block)
+    return path.stat().st_size
+
+
+def sub_inventory(count):
+    """The cluster's inventory with its first `count` nodes only."""
+    target = STATE / f"inventory-{count}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(STATE / "inventory", target)
+    hosts = yaml.safe_load((target / "hosts.yml").read_text())
+    training = hosts["all"]["children"]["cluster"]["children"]["training"]["hosts"]
+    for node in list(training)[count:]:
+        del training[node]
+    (target / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return target
+
+
+def bytes_sent(output, task):
+    """Total bytes sent by rsync, summed over every section of the task (-v output)."""
+    total = 0
+    for section in output.split(f"TASK [dataset : {task}")[1:]:
+        section = section.split("TASK [")[0]
+        total += sum(int(n.replace(",", "")) for n in re.findall(r"Total bytes sent: ([\d,]+)", section))
+    return total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--megabytes", type=float, default=200)
+    parser.add_argument("--nodes", default="2,4,8")
+    args = parser.parse_args()
+    counts = sorted(int(n) for n in args.nodes.split(","))
+
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    work = ROOT / ".cache" / "bench-fanout"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    size = write_dataset(work / "train.ctf", args.megabytes)
+    started = time.monotonic()
+
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.151", f"--nodes={counts[-1]}",
+                           "--backend=numpy"], check=True, capture_output=True)
+    nodes = [f"node{i + 1}" for i in range(counts[-1])]
+    provision = subprocess.run([PLAYBOOK, "-i", str(STATE / "inventory"), "site.yml", "--tags", "provision,ssh"],
+                               capture_output=True, text=True, cwd=ROOT, env=env)
+    if provision.returncode != 0:
+        sys.exit("provisioning failed:\n" + provision.stdout[-3000:])
+
+    data_vars = json.dumps({"cluster_dataset_name": DATASET, "dataset_generate": "", "dataset_layout": "replicate",
+                            "dataset_train_source": str(work / "train.ctf"), "dataset_test_source": ""})
+    rows = []
+    for count in counts:
+        inventory = sub_inventory(count)
+        for fanout in (False, True):
+            for node in nodes:
+                subprocess.run(["docker", "exec", f"cntk-{NAME}-{node}", "rm", "-rf", f"/srv/cntk/data/{DATASET}"],
+                               check=True)
+            start = time.monotonic()
+            result = subprocess.run([PLAYBOOK, "-i", str(inventory), "playbooks/data.yml", "-v", "-e", data_vars,
+                                     "-e", json.dumps({"dataset_fanout": fanout})],
+                                    capture_output=True, text=True, cwd=ROOT, env=env)
+            seconds = time.monotonic() - start
+            if result.returncode != 0:
+                sys.exit(f"data.yml on {count} nodes (fanout {fanout}) failed:\n{result.stdout[-3000:]}")
+            rows.append({"nodes": count, "fanout": fanout, "seconds": round(seconds, 1),
+                         "controller_bytes": bytes_sent(result.stdout, SEND_TASK),
+                         "relayed_bytes": bytes_sent(result.stdout, RELAY_TASK)})
+            print(rows[-1], flush=True)
+
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+    figures = {"dataset_bytes": size, "machine": f"{platform.node()}, {os.cpu_count()} cores",
+               "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": os.getloadavg(),
+               "bench_seconds": round(time.monotonic() - started, 1), "rows": rows}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "fanout.json").write_text(json.dumps(figures, indent=2) + "\n")
+    table = ["| nodes | controller sends every node (fanout false) | | nodes relay (fanout true) | | |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |",
+             "| | controller bytes | time | controller bytes | relayed between nodes | time |"]
+    for count in counts:
+        off, on = (next(r for r in rows if r["nodes"] == count and r["fanout"] == f) for f in (False, True))
+        table.append(f"| {count} | {off['controller_bytes'] / 1e6:,.0f} MB ({off['controller_bytes'] / size:.2f} D) "
+                     f"| {off['seconds']} s | {on['controller_bytes'] / 1e6:,.0f} MB "
+                     f"({on['controller_bytes'] / size:.2f} D) | {on['relayed_bytes'] / 1e6:,.0f} MB | "
+                     f"{on['seconds']} s |")
+    text = (f"# Fan-out: a replicated data set of D = {size / 1e6:,.0f} MB to N nodes\n\n"
+            f"{figures['machine']}, {figures['date']}, load average at the end {figures['load_average'][0]:.1f}. "
+            "playbooks/data.yml on empty data folders; bytes are rsync's `Total bytes sent` (data plus rsync's "
+            "own protocol), controller: the task that sends from the controller, relayed: the node-to-node "
+            "tasks. Every node here shares one host's loopback, so the wall times show the rounds, not a "
+            "network's bandwidth.\n\n" + "\n".join(table) + "\n")
+    (RESULTS / "fanout.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
