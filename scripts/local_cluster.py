@@ -11,6 +11,8 @@ recipe changes.
     local_cluster.py up [--nodes N] [--backend B]    create or reconcile
     local_cluster.py down                             remove nodes, stop the engine we started
     local_cluster.py status                           print what runs
+    local_cluster.py rebuild NODE                     reinstall a node: new disk, new host keys
+    local_cluster.py fingerprints NODE                its host key fingerprints, read through docker exec
 
 `--backend cntk` gives the inventory real CNTK 2.7 on CPU nodes: the
 controller's CPython 3.6 (pyenv's 3.6.15, shipped to the nodes by the cpython
@@ -201,6 +203,7 @@ def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artif
         f"      -o UserKnownHostsFile={known_hosts_file}",
         "      -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
         f"    cluster_ssh_port: {port}",
+        f"    cluster_controller_known_hosts: {known_hosts_file}",
         f"    ssh_mesh_key_dir: {secrets_dir}",
     ]
     if artifacts_dir:
@@ -533,31 +536,16 @@ class Cluster:
         self.shared_dir.mkdir(parents=True, exist_ok=True)
         for name, node in wanted.items():
             if name not in existing:
-                run([
-                    "docker", "run", "-d", "--name", name, "--hostname", node["name"],
-                    "--network", "host", "--init",
-                    "--label", self.label,
-                    "--label", f"{LABEL}.address={node['address']}",
-                    "--label", f"{LABEL}.ssh-port={port}",
-                    "--label", f"{LABEL}.shared={self.shared_dir}",
-                    "--volume", f"{self.shared_dir}:/shared",
-                    "-e", f"NODE_ADDRESS={node['address']}", "-e", f"NODE_SSH_PORT={port}",
-                    ref,
-                ])
+                self.create_node(name, node, port, ref)
                 changes.append(f"created {name}")
             elif not existing[name]["running"]:
                 run(["docker", "start", name])
                 changes.append(f"started {name}")
 
-        public_key = Path(str(key) + ".pub").read_text()
         known = []
         for name, node in wanted.items():
             wait_for_sshd(node["address"], port)
-            # The controller's key for root, as an OS installer would leave it.
-            run(["docker", "exec", "-i", name, "sh", "-c",
-                 "install -d -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys"
-                 " && chmod 600 /root/.ssh/authorized_keys"],
-                input=public_key)
+            self.admit_controller(name, key)
             keys = run(["docker", "exec", name, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub"]).stdout
             known += known_hosts_lines(node["address"], port, keys.strip().splitlines())
 
@@ -573,6 +561,54 @@ class Cluster:
         print(f"cluster {self.name} up: {count} nodes ({nodes[0]['address']}..{nodes[-1]['address']}, "
               f"port {port}), {'changed' if changes else 'unchanged'}; inventory "
               f"{self.inventory_dir.relative_to(ROOT)}")
+
+    def create_node(self, name, node, port, ref):
+        run([
+            "docker", "run", "-d", "--name", name, "--hostname", node["name"],
+            "--network", "host", "--init",
+            "--label", self.label,
+            "--label", f"{LABEL}.address={node['address']}",
+            "--label", f"{LABEL}.ssh-port={port}",
+            "--label", f"{LABEL}.shared={self.shared_dir}",
+            "--volume", f"{self.shared_dir}:/shared",
+            "-e", f"NODE_ADDRESS={node['address']}", "-e", f"NODE_SSH_PORT={port}",
+            ref,
+        ])
+
+    def admit_controller(self, name, key):
+        """The controller's key for root, as an OS installer would leave it."""
+        run(["docker", "exec", "-i", name, "sh", "-c",
+             "install -d -m 700 /root/.ssh && cat > /root/.ssh/authorized_keys"
+             " && chmod 600 /root/.ssh/authorized_keys"],
+            input=Path(str(key) + ".pub").read_text())
+
+    def node_container(self, node_name):
+        name = self.prefix + node_name
+        info = self.containers().get(name)
+        if info is None:
+            raise ClusterError(f"cluster {self.name} has no node {node_name} (scripts/local_cluster.py status "
+                               f"--name {self.name} lists them)")
+        return name, info
+
+    def rebuild(self, node_name):
+        """The node reinstalled: a new container (new disk, new host keys) at the same address. The known_hosts
+        file is left as it is, so Ansible refuses the node until its new key is compared and accepted."""
+        name, info = self.node_container(node_name)
+        run(["docker", "rm", "-f", "-v", name])
+        self.create_node(name, {"name": node_name, "address": info["address"]}, info["port"], info["image"])
+        wait_for_sshd(info["address"], int(info["port"]))
+        self.admit_controller(name, self.controller_key())
+        print(f"rebuilt {node_name}: a new disk and new host keys at {info['address']}:{info['port']}. "
+              f"{(self.state_dir / 'known_hosts').relative_to(ROOT)} still holds its old keys, so Ansible "
+              f"refuses it until you compare its new key (scripts/local_cluster.py fingerprints {node_name}"
+              f"{'' if self.name == 'local' else ' --name ' + self.name}) and accept it "
+              f"(playbooks/accept_host_key.yml)")
+
+    def fingerprints(self, node_name):
+        """The node's host key fingerprints read through docker exec: the console of a real node."""
+        name, _ = self.node_container(node_name)
+        print(run(["docker", "exec", name, "sh", "-c",
+                   "for key in /etc/ssh/ssh_host_*_key.pub; do ssh-keygen -l -f \"$key\"; done"]).stdout, end="")
 
     def down(self):
         if engine_running():
@@ -611,6 +647,9 @@ def main(argv=None):
                            help="cntk, numpy, or auto: cntk when its Python can be had (default)")
     sub.add_parser("down", help="remove every node; stop the engine if this tool started it")
     sub.add_parser("status", help="list the nodes")
+    for verb, text in (("rebuild", "reinstall a node: new disk, new host keys (known_hosts left as it is)"),
+                       ("fingerprints", "print a node's host key fingerprints, read through docker exec")):
+        sub.add_parser(verb, help=text).add_argument("node", help="node1, node2, ...")
     for name, command in sub.choices.items():
         command.add_argument("--name", default="local", help="which cluster (default: local)")
         if name == "up":
@@ -623,6 +662,10 @@ def main(argv=None):
             cluster.up(args.nodes, args.ssh_port, args.backend)
         elif args.command == "down":
             cluster.down()
+        elif args.command == "rebuild":
+            cluster.rebuild(args.node)
+        elif args.command == "fingerprints":
+            cluster.fingerprints(args.node)
         else:
             return cluster.status()
     except ClusterError as exc:

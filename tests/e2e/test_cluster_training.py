@@ -450,3 +450,45 @@ def test_a_replicated_set_leaves_the_controller_once_and_the_nodes_relay_it(clus
     assert on_node("node4", "sha256sum /srv/cntk/data/digitsrep/train.ctf").split()[0] == sums["node1"]
     for node in NODES:
         on_node(node, "rm -rf /srv/cntk/data/digitsrep")
+
+
+def address_of(node):
+    first = FIRST_ADDRESS.rsplit(".", 1)
+    return f"{first[0]}.{int(first[1]) + NODES.index(node)}"
+
+
+def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_node_leaves_no_trace(cluster):
+    """Last in this file: it changes the cluster's shape. node3 is reinstalled (new disk, new host keys) and node4
+    taken out; site.yml then runs on the three nodes left."""
+    subprocess.run(TOOL + ["rebuild", f"--name={NAME}", "node3"], check=True, capture_output=True, text=True)
+    refused = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
+                             text=True, env=playbook_env(), cwd=ROOT, timeout=900)
+    assert refused.returncode != 0
+    assert f"node3 at {address_of('node3')}:22 presents a host key that" in refused.stdout
+    assert all(counts["changed"] == 0 for counts in recap(refused.stdout).values())
+
+    printed = subprocess.run(TOOL + ["fingerprints", f"--name={NAME}", "node3"], check=True, capture_output=True,
+                             text=True).stdout
+    new = next(line.split()[1] for line in printed.splitlines() if line.endswith("(ED25519)"))
+    other = on_node("node1", "ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub").split()[1]
+    accept = ["playbooks/accept_host_key.yml", "-e", "node=node3"]
+    wrong = cluster_helpers.ansible_playbook(INVENTORY, *accept, "-e", f"fingerprint={other}", check=False)
+    assert wrong.returncode != 0 and f"not {other}: nothing was accepted" in wrong.stdout
+    cluster_helpers.ansible_playbook(INVENTORY, *accept, "-e", f"fingerprint={new}")
+
+    subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=3",
+                           "--backend=numpy"], check=True, capture_output=True, text=True)
+    site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
+                          text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
+    assert site.returncode == 0, site.stdout[-4000:]
+    new_key = on_node("node3", "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[1]
+    gone = address_of("node4")
+    for node in NODES[:3]:
+        known = on_node(node, "cat /etc/ssh/ssh_known_hosts")
+        assert new_key in known and gone not in known and "node4" not in known, node
+        assert gone not in on_node(node, "cat /home/cntk/.ssh/authorized_keys"), node
+    assert sorted(on_node("node3", "ls /srv/cntk/data/digits").split()) == [
+        "manifest.json", "shard-00004.ctf", "shard-00005.ctf"]
+    run = ARTIFACTS / JOB / "latest"
+    assert [entry["host"] for entry in json.loads((run / "job.json").read_text())["layout"]] == NODES[:3]
+    assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90
