@@ -48,10 +48,10 @@ syntax: venv
 	ansible-playbook --syntax-check site.yml playbooks/*.yml
 
 unit: venv
-	pytest -q tests --ignore=tests/e2e
+	pytest -q --durations=15 tests --ignore=tests/e2e
 
 e2e: venv
-	pytest -q tests/e2e
+	pytest -q --durations=30 tests/e2e
 
 molecule: venv
 	molecule test
