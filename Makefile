@@ -64,6 +64,7 @@ slow: venv
 bench: venv
 	$(PY) bench/cluster_bench.py --nodes $(NODES)
 	$(PY) bench/data_bench.py --nodes $(NODES)
+	$(PY) bench/fanout_bench.py
 	$(PY) bench/train_bench.py
 	$(PY) bench/strategy_bench.py
 
