@@ -65,6 +65,7 @@ bench: venv
 	$(PY) bench/cluster_bench.py --nodes $(NODES)
 	$(PY) bench/data_bench.py --nodes $(NODES)
 	$(PY) bench/fanout_bench.py
+	$(PY) bench/collect_bench.py
 	$(PY) bench/train_bench.py
 	$(PY) bench/strategy_bench.py
 
