@@ -58,12 +58,12 @@ def sub_inventory(count):
     return target
 
 
-def bytes_sent(output, task):
-    """Total bytes sent by rsync, summed over every section of the task (-v output)."""
+def rsync_bytes(output, task, direction):
+    """rsync's `Total bytes <direction>`, summed over every section of the task (-v output)."""
     total = 0
     for section in output.split(f"TASK [dataset : {task}")[1:]:
         section = section.split("TASK [")[0]
-        total += sum(int(n.replace(",", "")) for n in re.findall(r"Total bytes sent: ([\d,]+)", section))
+        total += sum(int(n.replace(",", "")) for n in re.findall(rf"Total bytes {direction}: ([\d,]+)", section))
     return total
 
 
@@ -71,6 +71,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes", type=float, default=200)
     parser.add_argument("--nodes", default="2,4,8")
+    parser.add_argument("--reuse", action="store_true", help="keep the running cluster of this name (no rebuild)")
     args = parser.parse_args()
     counts = sorted(int(n) for n in args.nodes.split(","))
 
@@ -81,7 +82,8 @@ def main():
     size = write_dataset(work / "train.ctf", args.megabytes)
     started = time.monotonic()
 
-    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    if not args.reuse:
+        subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
     subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.151", f"--nodes={counts[-1]}",
                            "--backend=numpy"], check=True, capture_output=True)
     nodes = [f"node{i + 1}" for i in range(counts[-1])]
@@ -92,11 +94,13 @@ def main():
 
     # Converged provisioning (changed=0) on the first half of the nodes and on all of them, interleaved: how the
     # per-run cost grows with the node count (issue 13's 8 nodes against 4).
+    # The whole inventory both times (/etc/hosts lists every node), --limit for the half.
     converged = {counts[-1] // 2: [], counts[-1]: []}
     for _ in range(2):
         for count in converged:
             start = time.monotonic()
-            again = subprocess.run([PLAYBOOK, "-i", str(sub_inventory(count)), "site.yml", "--tags", "provision"],
+            again = subprocess.run([PLAYBOOK, "-i", str(STATE / "inventory"), "site.yml", "--tags", "provision",
+                                    "--limit", ",".join(nodes[:count])],
                                    capture_output=True, text=True, cwd=ROOT, env=env)
             if again.returncode != 0 or re.search(r"changed=[1-9]", again.stdout.split("PLAY RECAP")[-1]):
                 sys.exit(f"converged provisioning on {count} nodes changed something or failed:\n"
@@ -121,8 +125,9 @@ def main():
             if result.returncode != 0:
                 sys.exit(f"data.yml on {count} nodes (fanout {fanout}) failed:\n{result.stdout[-3000:]}")
             rows.append({"nodes": count, "fanout": fanout, "seconds": round(seconds, 1),
-                         "controller_bytes": bytes_sent(result.stdout, SEND_TASK),
-                         "relayed_bytes": bytes_sent(result.stdout, RELAY_TASK)})
+                         # The controller's rsync pushes; a relaying node's pulls.
+                         "controller_bytes": rsync_bytes(result.stdout, SEND_TASK, "sent"),
+                         "relayed_bytes": rsync_bytes(result.stdout, RELAY_TASK, "received")})
             print(rows[-1], flush=True)
 
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
@@ -145,9 +150,9 @@ def main():
                      f"{on['seconds']} s |")
     text = (f"# Fan-out: a replicated data set of D = {size / 1e6:,.0f} MB to N nodes\n\n"
             f"{figures['machine']}, {figures['date']}, load average at the end {figures['load_average'][0]:.1f}. "
-            "playbooks/data.yml on empty data folders; bytes are rsync's `Total bytes sent` (data plus rsync's "
-            "own protocol), controller: the task that sends from the controller, relayed: the node-to-node "
-            "tasks. Every node here shares one host's loopback, so the wall times show the rounds, not a "
+            "playbooks/data.yml on empty data folders; bytes are rsync's totals (data plus rsync's own protocol): "
+            "controller, `Total bytes sent` by the task that sends from the controller; relayed, `Total bytes "
+            "received` by the node-to-node tasks (the receiving node runs rsync). Every node here shares one host's loopback, so the wall times show the rounds, not a "
             "network's bandwidth.\n\n" + "\n".join(table) + "\n")
     half, full = sorted(converged)
     text += (f"\nConverged `site.yml --tags provision` (changed=0), two interleaved runs each: {half} nodes "
