@@ -122,7 +122,8 @@ def main():
     measured(site + ["playbooks/preflight.yml", "playbooks/provision.yml", "playbooks/ssh.yml"], env=env)
 
     figures = {"dataset_bytes": size, "nodes": args.nodes, "slots_per_node": 2,
-               "machine": f"{platform.node()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M")}
+               "machine": f"{platform.node()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d %H:%M"),
+               "load_average_at_start": os.getloadavg()[0]}
     project_first = measured(site + ["playbooks/data.yml"] + data_vars, env=env)
     project_again = measured(site + ["playbooks/data.yml"] + data_vars, env=env)
 
@@ -163,7 +164,8 @@ def main():
     table += [f"| {label} | {f['first_s']} s | {f['first_bytes'] / mb:,.0f} MB | {f['rerun_s']} s | "
               f"{f['rerun_bytes'] / mb:,.1f} MB |" for label, f in rows]
     text = (f"# Dataset distribution, {size / 1e9:.2f} GB to {args.nodes} nodes (2 ranks each)\n\n"
-            f"{figures['machine']}, {figures['date']}. Bytes moved: loopback bytes during the step "
+            f"{figures['machine']}, {figures['date']}, load average {figures['load_average_at_start']:.1f} at the "
+            f"start and {os.getloadavg()[0]:.1f} at the end. Bytes moved: loopback bytes during the step "
             f"(SSH and Ansible's own traffic included).\n\n" + "\n".join(table) + "\n\n"
             f"- this project / plain rsync, time: {figures['project_vs_rsync_time']}x (goal: at most 1.5x)\n"
             f"- copy-to-every-node / this project, time: {figures['copy_vs_project_time']}x (goal: at least 3x)\n"
