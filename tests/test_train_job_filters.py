@@ -3,6 +3,7 @@ job contract's environment (one filter for both platforms), mpirun's command
 line, the code sent and its fingerprint, the job input's problems, what
 comes back, the failed rank's words and the run directory's names."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -190,7 +191,9 @@ def test_results_come_back_by_one_confined_rsync_per_folder():
     for arg in options:
         assert not arg.startswith(("--links", "--archive", "--recursive", "--copy-", "--del", "--remove")), arg
         assert arg.startswith("--"), f"{arg}: a short option hides what it implies (-a: --links, --recursive)"
-    assert "StrictHostKeyChecking=no" not in str(tasks) and "/dev/null" not in str(tasks)
+    # No host-key bypass of any spelling (no, off, accept-new), and no throw-away known_hosts.
+    assert not re.search(r"StrictHostKeyChecking\s*=?\s*(no|off|accept-new)", str(tasks), re.I)
+    assert "/dev/null" not in str(tasks)
     pulls = [task for task in block["block"] if "ansible.builtin.command" in task]
     assert [task["ansible.builtin.command"]["argv"] for task in pulls] == ["{{ train_job_pull_argv }}"] * 2
     for task in pulls:
