@@ -47,10 +47,18 @@ def ssh_command_for(hostvars_of_host):
     return " ".join(shlex.quote(part) for part in cmd)
 
 
+def rsync_path_for(hostvars_of_host, user):
+    """rsync's --rsync-path that runs the node's end as `user`: runuser when Ansible logs in as root,
+    sudo otherwise (root never reads or writes the user's folders for it)."""
+    switch = "runuser -u" if hostvars_of_host.get("ansible_user", "root") == "root" else "sudo -u"
+    return f"{switch} {shlex.quote(str(user))} -- rsync"
+
+
 class FilterModule:
     def filters(self):
         return {
             "cluster_rank_layout": cluster_rank_layout,
             "cluster_ranks_of": cluster_ranks_of,
             "ssh_command_for": ssh_command_for,
+            "rsync_path_for": rsync_path_for,
         }
