@@ -4,6 +4,7 @@ what was verified before, and never an unverified file under a name the job read
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -127,3 +128,40 @@ def test_only_plain_file_names_are_accepted():
     assert safe_name("shard-00000.ctf") and safe_name("test.ctf")
     for bad in ("", ".", "..", "../x", "a/b", ".verified.json", "manifest.json", None, "a\0b"):
         assert not safe_name(bad), bad
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 64 KiB filesystem (tmpfs) for a node's data folder."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def run_module(args):
+    """The module as Ansible runs it: its arguments in a file, its answer as JSON on stdout."""
+    path = Path(args["path"]).parent.parent / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    result = subprocess.run([sys.executable, dataset_files.__file__, str(path)], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    return json.loads(result.stdout)
+
+
+def test_a_data_set_bigger_than_the_free_space_is_refused_before_anything_is_sent(small_disk):
+    big = entry("shard-00000.ctf", b"x" * 100 * 1024)
+    answer = run_module({"path": str(small_disk / "digits"), "wanted": [big, WANTED[1]], "manifest": MANIFEST,
+                         "node": "node3"})
+    assert answer["failed"]
+    assert answer["msg"].startswith(f"node3: {small_disk / 'digits'} has ")
+    assert "free, and the 2 data files to send need 100.0 KiB. Nothing was sent" in answer["msg"]
+    assert "cluster_dataset_dir" in answer["msg"]
+    assert list((small_disk / "digits").iterdir()) == [small_disk / "digits" / ".incoming"]
+
+
+def test_files_that_fit_are_planned_on_the_same_disk(small_disk):
+    answer = run_module({"path": str(small_disk / "digits"), "wanted": WANTED, "manifest": MANIFEST, "node": "node3"})
+    assert not answer.get("failed") and answer["send"] == list(DATA)

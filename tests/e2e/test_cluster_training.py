@@ -36,7 +36,7 @@ PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 NODES = ["node1", "node2", "node3", "node4"]
 JOB = "digits-softmax"
 # A job long enough to be interrupted: about 1 s an epoch on these nodes.
-LONG_ARGS = {"model": "mlp", "epochs": 40, "minibatch": 64, "lr": 0.2, "seed": 1, "progress-every": 20}
+LONG_ARGS = {"model": "mlp", "epochs": 20, "minibatch": 64, "lr": 0.2, "seed": 1, "progress-every": 20}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
 
@@ -450,6 +450,35 @@ def test_a_replicated_set_leaves_the_controller_once_and_the_nodes_relay_it(clus
     assert on_node("node4", "sha256sum /srv/cntk/data/digitsrep/train.ctf").split()[0] == sums["node1"]
     for node in NODES:
         on_node(node, "rm -rf /srv/cntk/data/digitsrep")
+
+
+def test_a_full_data_disk_stops_the_data_step_naming_the_node_and_no_partial_file_is_used(cluster):
+    """node3's data folder is a 64 KiB disk (a tmpfs mounted into its mount namespace from the host, as a small
+    partition would be): the data step refuses before sending, names the node, the folder and the free space;
+    node3 holds no file under a name the job reads. With the disk gone the rerun places everything."""
+    folder = "/srv/cntk/data/tight"
+    digits = ROOT / ".cache" / "datasets" / "digits"
+    tight = json.dumps({"cluster_dataset_name": "tight", "dataset_train_source": str(digits / "train.ctf"),
+                        "dataset_test_source": str(digits / "test.ctf"), "dataset_generate": ""})
+    pid = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"cntk-{NAME}-node3"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    owner = on_node("node3", f"mkdir -p {folder} && id -u cntk && id -g cntk").split()
+    mount = ["nsenter", "-t", pid, "-m", "--"]
+    subprocess.run(mount + ["mount", "-t", "tmpfs", "-o", f"size=64k,mode=0750,uid={owner[0]},gid={owner[1]}",
+                            "tmpfs", folder], check=True)
+    try:
+        full = ansible_playbook("data.yml", "-e", tight, check=False)
+        assert full.returncode != 0
+        assert re.search(r"node3: /srv/cntk/data/tight has [\d.]+ KiB free, and the 2 data files to send need "
+                         r"[\d.]+ KiB\. Nothing was sent", full.stdout), full.stdout[-3000:]
+        assert on_node("node3", f"ls {folder}").split() == []
+        assert recap(full.stdout)["node3"]["failed"] == 1
+    finally:
+        subprocess.run(mount + ["umount", folder], check=True)
+    ansible_playbook("data.yml", "-e", tight)
+    assert sorted(on_node("node3", f"ls {folder}").split()) == ["manifest.json", "shard-00004.ctf", "shard-00005.ctf"]
+    for node in NODES:
+        on_node(node, f"rm -rf {folder}")
 
 
 def address_of(node):

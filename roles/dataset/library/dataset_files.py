@@ -3,7 +3,8 @@
 
 state=planned (creates the folder and .incoming/ when missing, else reads
 only): which wanted files are missing or differ, and
-which files in the folder are stale. A file is taken as good without reading
+which files in the folder are stale; it fails, before anything is sent, when
+the folder's filesystem has less free space than the files to send. A file is taken as good without reading
 it when its size, mtime and inode are those recorded when it was last
 verified with the same sha256 (.verified.json); otherwise it is hashed.
 verify=full hashes every file (a periodic check for damage that kept size
@@ -110,6 +111,33 @@ def plan(folder, wanted, manifest, full):
             "cache_differs": new_cache != cache, "cache": new_cache}
 
 
+def human(size):
+    if size < 1024:
+        return f"{size} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}"
+
+
+def space_short(folder, wanted, send):
+    """The message when the files to send do not fit on the folder's filesystem, else None.
+
+    Counts every byte to send: rsync writes a whole new file beside a partial one, and a damaged
+    file's old copy is only replaced once its new one is in .incoming/."""
+    needed = sum(entry["bytes"] for entry in wanted if entry["shard"] in send)
+    existing = folder
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
+    status = os.statvfs(existing)
+    free = status.f_bavail * status.f_frsize
+    if needed <= free:
+        return None
+    return (f"{folder} has {human(free)} free, and the {len(send)} data files to send need {human(needed)}. "
+            "Nothing was sent: free space there, or set cluster_dataset_dir to a folder on a bigger disk, "
+            "then rerun")
+
+
 def place(folder, wanted, manifest, full, check_mode):
     """Verify what arrived, move it into place, remove the stale files, write the manifest and cache."""
     current = plan(folder, wanted, manifest, full)
@@ -155,6 +183,8 @@ def main():
             "manifest": {"type": "dict", "required": True},
             "state": {"type": "str", "choices": ["planned", "present"], "default": "planned"},
             "verify": {"type": "str", "choices": ["quick", "full"], "default": "quick"},
+            # Named in the messages.
+            "node": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -173,6 +203,9 @@ def main():
     if module.params["state"] == "planned":
         result = plan(folder, wanted, module.params["manifest"], full)
         result.pop("cache")
+        short = space_short(folder, wanted, result["send"])
+        if short:
+            module.fail_json(msg=(module.params["node"] + ": " if module.params["node"] else "") + short, **result)
         module.exit_json(changed=created, **result)
     result = place(folder, wanted, module.params["manifest"], full, module.check_mode)
     if result.get("failed"):
