@@ -67,6 +67,7 @@ bench: venv
 	$(PY) bench/fanout_bench.py
 	$(PY) bench/collect_bench.py
 	$(PY) bench/train_bench.py
+	$(PY) bench/train_bench.py --name train_scaling --models mlp --hidden 1024 --minibatches 512 --epochs 60
 	$(PY) bench/strategy_bench.py
 
 clean: down
