@@ -7,6 +7,7 @@ Nodes are inspected through `docker exec`, the harness's own channel; every
 playbook connects over SSH with host keys checked, as on real hardware.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -345,6 +346,14 @@ def bad_parts(tmp_path):
     return {"dataset_layout": "presplit", "dataset_train_source": str(parts)}
 
 
+def parts_without_test_set(tmp_path):
+    parts = tmp_path / "eight-parts"
+    parts.mkdir()
+    for index in range(8):
+        (parts / f"part-{index}.bin").write_bytes(bytes([index]) * 16)
+    return {"cluster_dataset_name": "noteset", "dataset_layout": "presplit", "dataset_train_source": str(parts)}
+
+
 def few_samples(tmp_path):
     source = tmp_path / "few.ctf"
     source.write_text("|features 1 |labels 1\n" * 5)
@@ -365,13 +374,17 @@ BAD_INPUT = {
     "missing data": (lambda tmp: {"dataset_train_source": str(tmp / "nonexistent" / "train.ctf"), "dataset_generate": ""},
                      "nonexistent/train.ctf does not exist"),
     "fewer samples than ranks": (few_samples, "5 samples"),
+    # The local inventory's dataset_generate: digits writes no test set beside a user's own training set.
+    "own data, no test set": (parts_without_test_set, "noteset/test.ctf is not a file on the controller "
+                              "(dataset_generate: digits writes the demo data only where the training set is missing)"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
 def test_bad_job_input_is_refused_before_any_node_changes(cluster, tmp_path, case):
     settings, message = BAD_INPUT[case]
-    playbook = "data.yml" if case in ("presplit count", "missing data", "fewer samples than ranks") else "train.yml"
+    playbook = "data.yml" if case in ("presplit count", "missing data", "fewer samples than ranks",
+                                      "own data, no test set") else "train.yml"
     result = ansible_playbook(playbook, "-e", job_file(tmp_path, settings(tmp_path)), check=False)
     assert result.returncode != 0
     assert message in result.stdout, result.stdout[-3000:]
@@ -479,6 +492,48 @@ def test_a_full_data_disk_stops_the_data_step_naming_the_node_and_no_partial_fil
     assert sorted(on_node("node3", f"ls {folder}").split()) == ["manifest.json", "shard-00004.ctf", "shard-00005.ctf"]
     for node in NODES:
         on_node(node, f"rm -rf {folder}")
+
+
+def test_a_controller_killed_during_the_data_step_leaves_no_partial_file_in_use_and_the_rerun_completes(
+        cluster, tmp_path):
+    """The controller dies (SIGKILL to ansible-playbook's whole process group) while its rsyncs send 8 parts of
+    24 MiB: no node holds a file under a name the job reads; the rerun sends what is missing and every file in
+    place has the source's sha256."""
+    parts = tmp_path / "big"
+    parts.mkdir()
+    rng = np.random.default_rng(7)
+    digests = {}
+    for index in range(8):
+        data = rng.bytes(24 << 20)
+        (parts / f"part-{index}.bin").write_bytes(data)
+        digests[f"shard-{index:05d}.bin"] = hashlib.sha256(data).hexdigest()
+    job = job_file(tmp_path, {"cluster_dataset_name": "big", "dataset_layout": "presplit",
+                              "dataset_train_source": str(parts), "dataset_test_source": ""})
+    proc = subprocess.Popen(playbook_argv("data.yml", "-e", job), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=playbook_env(), cwd=ROOT, start_new_session=True)
+    deadline = time.monotonic() + 300
+    # The controller's rsync, in the playbook's session: the step is sending.
+    while subprocess.run(["pgrep", "-s", str(proc.pid), "-f", "rsync .*--files-from"],
+                         capture_output=True).returncode != 0:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.05)
+    # Then until bytes have reached node1 (rsync's temporary file in .incoming/), or the step moved on.
+    while proc.poll() is None and not on_node("node1", "ls -A /srv/cntk/data/big/.incoming").strip() \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    for node in NODES:
+        assert not [name for name in on_node(node, "ls /srv/cntk/data/big").split() if name.startswith("shard-")], node
+
+    ansible_playbook("data.yml", "-e", job)
+    for index, node in enumerate(NODES):
+        names = [f"shard-{rank:05d}.bin" for rank in (2 * index, 2 * index + 1)]
+        sums = on_node(node, "cd /srv/cntk/data/big && sha256sum " + " ".join(names)).split()[::2]
+        assert sums == [digests[name] for name in names], node
+        assert on_node(node, "ls -A /srv/cntk/data/big/.incoming").strip() == "", node
+    for node in NODES:
+        on_node(node, "rm -rf /srv/cntk/data/big")
 
 
 def address_of(node):
