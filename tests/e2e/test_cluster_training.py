@@ -543,7 +543,8 @@ def address_of(node):
 
 def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_node_leaves_no_trace(cluster):
     """Last in this file: it changes the cluster's shape. node3 is reinstalled (new disk, new host keys) and node4
-    taken out; site.yml then runs on the three nodes left."""
+    taken out; node3 then loses power during its provisioning, comes back, and site.yml runs on the three nodes
+    left."""
     subprocess.run(TOOL + ["rebuild", f"--name={NAME}", "node3"], check=True, capture_output=True, text=True)
     refused = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
                              text=True, env=playbook_env(), cwd=ROOT, timeout=900)
@@ -562,6 +563,27 @@ def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_n
 
     subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=3",
                            "--backend=numpy"], check=True, capture_output=True, text=True)
+
+    # node3 loses power while its packages install (the container killed); the steps that need every node
+    # do not start, and no job is launched.
+    proc = subprocess.Popen([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("TASK [base : Ensure the base packages are installed]"):
+            subprocess.run(["docker", "kill", f"cntk-{NAME}-node3"], check=True, capture_output=True)
+            break
+    output = "".join(seen) + proc.communicate(timeout=900)[0]
+    assert proc.returncode != 0
+    assert "node3 failed or could not be reached earlier in this run, and this step works on every node of " \
+        "`cluster` at once: it was not started" in output, output[-4000:]
+    assert "Start mpirun" not in output and "PLAY [Data" in output
+    # Powered on again: the local cluster's `up` starts the stopped container and waits for its sshd.
+    restarted = subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=3",
+                                       "--backend=numpy"], check=True, capture_output=True, text=True)
+    assert f"started cntk-{NAME}-node3" in restarted.stdout
+
     site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
                           text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
     assert site.returncode == 0, site.stdout[-4000:]
