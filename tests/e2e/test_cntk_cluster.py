@@ -157,7 +157,7 @@ def test_1bit_sgd_and_block_momentum_run_to_the_end(cluster, job, args):
 
 def test_a_killed_rank_fails_fast_and_the_resume_finishes_across_nodes(cluster):
     job = "digits-killed"
-    job_args = {"model": "mlp", "hidden": 128, "epochs": 30, "minibatch": 64, "lr": 0.2, "seed": 1,
+    job_args = {"model": "mlp", "hidden": 128, "epochs": 12, "minibatch": 64, "lr": 0.2, "seed": 1,
                 "progress-every": 10, "checkpoint-every": 20}
     extra = ["-e", f"train_job_name={job}", "-e", json.dumps({"train_job_args": job_args})]
     proc = subprocess.Popen(playbook_argv(INVENTORY, "playbooks/train.yml", *extra), stdout=subprocess.PIPE,
@@ -181,7 +181,7 @@ def test_a_killed_rank_fails_fast_and_the_resume_finishes_across_nodes(cluster):
     resumed = ansible_playbook("playbooks/train.yml", *extra)
     assert "failed=0" in resumed.stdout
     summary = summary_of(job)
-    assert summary["resumed"] is True and summary["epochs"] == 30
+    assert summary["resumed"] is True and summary["epochs"] == 12
     assert summary["test_accuracy"] >= 0.90
     for node in NODES[1:]:
         assert on_node(node, f"ls /srv/cntk/jobs/{job}/checkpoints").split().count("trainer.ckpt") == 1
