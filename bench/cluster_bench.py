@@ -16,6 +16,13 @@ and, on the converged run, the tasks each host walked (ok, skipped) and the
 roles they came from: a numpy cluster must walk no task of the cntk stack's
 roles and a cntk cluster none of the numpy runtime's.
 
+Ansible's own floor for that converged run is measured too, before the
+cluster goes down: a playbook of T `ping` tasks (the least a task can do on
+a node: one module round trip) over the same nodes, with the same
+ansible.cfg (strategy, forks, SSH options), T being the most tasks a host
+ran (ok) in the converged site.yml. The converged run's time over this floor
+says how much is the project's own work and how much Ansible's per-task cost.
+
 --compare DIR runs the same sequence with another checkout of the project
 first (e.g. `git worktree add /tmp/before <commit>`), so the two sets of
 figures come from one run, side by side.
@@ -30,6 +37,7 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,6 +86,15 @@ def walked(output):
     return hosts, roles
 
 
+def floor_playbook(tasks):
+    """T ping tasks over the cluster's nodes: what T converged tasks cost at the least."""
+    play = [{"name": "Ansible's floor", "hosts": "cluster", "gather_facts": False,
+             "tasks": [{"name": f"ping {index}", "ansible.builtin.ping": None} for index in range(tasks)]}]
+    path = Path(tempfile.mkdtemp(prefix="cluster-bench-")) / "floor.yml"
+    path.write_text(json.dumps(play))
+    return path
+
+
 def measure(project, args, env):
     """The bench's sequence with the project checkout at `project`."""
     playbook = [str(Path(sys.executable).with_name("ansible-playbook")),
@@ -96,10 +113,12 @@ def measure(project, args, env):
     up_seconds, _ = timed(up, project)
     first_seconds, first_out = timed(playbook, project, env=env)
     second_seconds, second_out = timed(playbook, project, env=env)
+    hosts, roles = walked(second_out)
+    tasks = max(counts["ok"] for counts in hosts.values())
+    floor_seconds, _ = timed(playbook[:-1] + [str(floor_playbook(tasks))], project, env=env)
     down_seconds, _ = timed(down, project)
 
     first, second = recap_totals(first_out), recap_totals(second_out)
-    hosts, roles = walked(second_out)
     other = "cntk" if args.backend == "numpy" else "numpy"
     commit = subprocess.run(["git", "-C", str(project), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
@@ -112,6 +131,9 @@ def measure(project, args, env):
         "site_second_s": round(second_seconds, 1),
         "site_second_changed": second["changed"],
         "second_to_first_ratio": round(second_seconds / first_seconds, 2),
+        "floor_tasks": tasks,
+        "floor_s": round(floor_seconds, 1),
+        "second_to_floor_ratio": round(second_seconds / floor_seconds, 2),
         "down_s": round(down_seconds, 1),
         "second_tasks_per_host": hosts,
         "second_roles": roles,
@@ -128,6 +150,9 @@ def rows_of(figures):
         ("first site.yml", f"{figures['site_first_s']} s, changed={figures['site_first_changed']}"),
         ("second site.yml", f"{figures['site_second_s']} s, changed={figures['site_second_changed']}"),
         ("second / first", f"{figures['second_to_first_ratio']}"),
+        (f"Ansible's floor: {figures.get('floor_tasks', '?')} ping tasks over the same nodes",
+         f"{figures['floor_s']} s" if "floor_s" in figures else "not measured"),
+        ("second site.yml / floor", str(figures.get("second_to_floor_ratio", "not measured"))),
         ("second site.yml: tasks ok per host", "/".join(map(str, ok))),
         ("second site.yml: tasks skipped per host", "/".join(map(str, skipped))),
         ("second site.yml: other backend's roles walked", ", ".join(figures["second_other_backend_roles"]) or "none"),
