@@ -69,6 +69,7 @@ bench: venv
 	$(PY) bench/train_bench.py
 	$(PY) bench/train_bench.py --name train_scaling --models mlp --hidden 1024 --minibatches 512 --epochs 60
 	$(PY) bench/strategy_bench.py
+	$(PY) bench/summary.py
 
 clean: down
 	rm -rf $(VENV)
