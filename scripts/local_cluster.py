@@ -8,7 +8,7 @@ with debootstrap from the mirror in this machine's apt sources and imported
 into Docker; it is tagged with a hash of its recipe and rebuilt only when the
 recipe changes.
 
-    local_cluster.py up [--nodes N] [--backend B]    create or reconcile
+    local_cluster.py up [--nodes N] [--backend B] [--suite S]   create or reconcile
     local_cluster.py down                             remove nodes, stop the engine we started
     local_cluster.py status                           print what runs
     local_cluster.py rebuild NODE                     reinstall a node: new disk, new host keys
@@ -20,6 +20,10 @@ role) or, when its source tarballs are in the artifact cache, the pinned
 source build, and Debian's Open MPI as the labelled 1.10 stand-in.
 `--backend auto` (the default) takes cntk when that Python can be had and
 numpy otherwise, saying why; `--backend numpy` the reference backend.
+`--suite trixie` builds Debian 13 nodes instead of Debian 12 (bookworm):
+provisioning, the SSH mesh and the data step converge there, but its Open
+MPI 5 refuses the loopback-only network these nodes share (preflight does
+not list Debian 13 as supported).
 
 `up` writes inventory/local/hosts.yml, a controller key and a known_hosts file
 pinned to the nodes' real host keys (read through `docker exec`, a channel
@@ -61,6 +65,8 @@ MAX_NODES = 64
 
 # What the node image is made of. Any change here gives a new image tag.
 NODE_SUITE = "bookworm"
+# The Debian releases a node image can be built from (--suite), by version.
+NODE_SUITES = {"bookworm": "12", "trixie": "13"}
 # python3-apt as on a standard Debian install: Ansible's apt module needs it in check mode.
 NODE_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2")
 NODE_INIT = """#!/bin/sh
@@ -399,13 +405,13 @@ def apt_source_files():
     return files
 
 
-def image_ref():
-    return f"{IMAGE_NAME}:{image_tag(NODE_SUITE, NODE_PACKAGES, NODE_INIT)}"
+def image_ref(suite=NODE_SUITE):
+    return f"{IMAGE_NAME}:{image_tag(suite, NODE_PACKAGES, NODE_INIT)}"
 
 
-def ensure_image():
+def ensure_image(suite=NODE_SUITE):
     """Build the node image unless one from the same recipe exists."""
-    ref = image_ref()
+    ref = image_ref(suite)
     if run(["docker", "image", "inspect", ref], check=False).returncode == 0:
         return ref
     if shutil.which("debootstrap") is None:
@@ -416,7 +422,7 @@ def ensure_image():
     try:
         run([
             "debootstrap", "--variant=minbase", f"--include={','.join(NODE_PACKAGES)}",
-            NODE_SUITE, str(build_root), mirror,
+            suite, str(build_root), mirror,
         ])
         # Every node makes its own host keys on first start.
         for key in (build_root / "etc" / "ssh").glob("ssh_host_*"):
@@ -503,13 +509,13 @@ class Cluster:
             changed |= write_if_changed(self.inventory_dir / "group_vars" / "all.yml", group_vars)
         return changed
 
-    def up(self, count, port, backend="auto"):
+    def up(self, count, port, backend="auto", suite=NODE_SUITE):
         nodes = nodes_for(count, self.first_address)
         # Decided before anything starts: a cntk cluster that cannot be had stops here.
         backend_vars, backend_line = backend_settings(backend, python_prefix=pyenv_python())
         ensure_controller_tools()
         ensure_engine()
-        ref = ensure_image()
+        ref = ensure_image(suite)
         key = self.controller_key()
         existing = self.containers()
         wanted = {self.prefix + n["name"]: n for n in nodes}
@@ -645,6 +651,9 @@ def main(argv=None):
     up_parser.add_argument("--ssh-port", type=int, default=22)
     up_parser.add_argument("--backend", default=os.environ.get("BACKEND") or "auto",
                            help="cntk, numpy, or auto: cntk when its Python can be had (default)")
+    up_parser.add_argument("--suite", choices=sorted(NODE_SUITES), default=os.environ.get("SUITE") or NODE_SUITE,
+                           help=f"the Debian release of the nodes (default {NODE_SUITE}: Debian "
+                                f"{NODE_SUITES[NODE_SUITE]})")
     sub.add_parser("down", help="remove every node; stop the engine if this tool started it")
     sub.add_parser("status", help="list the nodes")
     for verb, text in (("rebuild", "reinstall a node: new disk, new host keys (known_hosts left as it is)"),
@@ -659,7 +668,7 @@ def main(argv=None):
     try:
         cluster = Cluster(args.name, getattr(args, "first_address", FIRST_ADDRESS))
         if args.command == "up":
-            cluster.up(args.nodes, args.ssh_port, args.backend)
+            cluster.up(args.nodes, args.ssh_port, args.backend, args.suite)
         elif args.command == "down":
             cluster.down()
         elif args.command == "rebuild":

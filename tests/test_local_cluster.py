@@ -167,3 +167,9 @@ def test_backend_cntk_that_cannot_be_had_is_one_line_or_numpy(tmp_path):
     assert settings == {"cluster_backend": "numpy"} and line.startswith("backend numpy, not cntk: no CPython")
     with pytest.raises(lc.ClusterError, match="choose cntk, numpy or auto"):
         lc.backend_settings("torch")
+
+
+def test_each_debian_release_has_its_own_node_image():
+    assert lc.image_ref() == lc.image_ref("bookworm")
+    assert lc.image_ref("trixie") != lc.image_ref("bookworm")
+    assert lc.NODE_SUITES[lc.NODE_SUITE] == "12"
