@@ -2,11 +2,12 @@
 """A node's data folder against the files its ranks need; runs as the training user.
 
 state=planned (creates the folder and .incoming/ when missing, else reads
-only): which wanted files are missing or differ, and
-which files in the folder are stale; it fails, before anything is sent, when
-the folder's filesystem has less free space than the files to send. A file is taken as good without reading
-it when its size, mtime and inode are those recorded when it was last
-verified with the same sha256 (.verified.json); otherwise it is hashed.
+only): which wanted files are missing or differ, and which files in the
+folder are stale; it fails, before anything is sent, when the folder's
+filesystem has less free space than the files to send. A file is taken as
+good without reading it when its size, mtime and inode are those recorded
+when it was last verified with the same sha256 (.verified.json); otherwise
+it is hashed.
 verify=full hashes every file (a periodic check for damage that kept size
 and mtime).
 
