@@ -165,3 +165,21 @@ def test_a_data_set_bigger_than_the_free_space_is_refused_before_anything_is_sen
 def test_files_that_fit_are_planned_on_the_same_disk(small_disk):
     answer = run_module({"path": str(small_disk / "digits"), "wanted": WANTED, "manifest": MANIFEST, "node": "node3"})
     assert not answer.get("failed") and answer["send"] == list(DATA)
+
+
+def test_a_data_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path):
+    """A read-only filesystem where the data folder goes: the module names the node, the folder and the fix
+    (before this, a PermissionError's traceback and "Module result deserialization failed")."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], check=True)
+    try:
+        answer = run_module({"path": str(mount / "digits"), "wanted": WANTED, "manifest": MANIFEST,
+                             "node": "node3"})
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert answer["failed"]
+    assert answer["msg"].startswith(f"node3: cannot make {mount / 'digits'} as the training user: "
+                                    "Read-only file system. Its data folder must be that user's")

@@ -475,7 +475,8 @@ def test_a_full_data_disk_stops_the_data_step_naming_the_node_and_no_partial_fil
                         "dataset_test_source": str(digits / "test.ctf"), "dataset_generate": ""})
     pid = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"cntk-{NAME}-node3"], check=True,
                          capture_output=True, text=True).stdout.strip()
-    owner = on_node("node3", f"mkdir -p {folder} && id -u cntk && id -g cntk").split()
+    # The mount point is the training user's, as the data step makes it.
+    owner = on_node("node3", f"runuser -u cntk -- mkdir -p {folder} && id -u cntk && id -g cntk").split()
     mount = ["nsenter", "-t", pid, "-m", "--"]
     subprocess.run(mount + ["mount", "-t", "tmpfs", "-o", f"size=64k,mode=0750,uid={owner[0]},gid={owner[1]}",
                             "tmpfs", folder], check=True)

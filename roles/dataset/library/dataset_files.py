@@ -199,7 +199,12 @@ def main():
     if not module.check_mode:
         for path in (folder, os.path.join(folder, INCOMING)):
             if not os.path.isdir(path):
-                os.makedirs(path, mode=0o750)
+                try:
+                    os.makedirs(path, mode=0o750)
+                except OSError as exc:
+                    module.fail_json(msg=f"{module.params['node'] or 'this node'}: cannot make {path} as the "
+                                     f"training user: {exc.strerror}. Its data folder must be that user's: give "
+                                     f"{os.path.dirname(path)} to the training user, or remove it, and rerun")
                 created = True
     if module.params["state"] == "planned":
         result = plan(folder, wanted, module.params["manifest"], full)
