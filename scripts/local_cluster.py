@@ -285,8 +285,12 @@ def backend_settings(wanted, cache_dir=ROOT / ".cache" / "artifacts", python_pre
 
 
 def address_in_use(address, port):
-    """True when something already listens on (address, port)."""
+    """True when something already listens on (address, port).
+
+    SO_REUSEADDR, as sshd binds: a connection of a node that was just killed (TIME_WAIT on its address)
+    is not a listener, and must not stop the node from coming back."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((address, port))
         except OSError as exc:

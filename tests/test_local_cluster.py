@@ -173,3 +173,21 @@ def test_each_debian_release_has_its_own_node_image():
     assert lc.image_ref() == lc.image_ref("bookworm")
     assert lc.image_ref("trixie") != lc.image_ref("bookworm")
     assert lc.NODE_SUITES[lc.NODE_SUITE] == "12"
+
+
+def test_a_killed_nodes_closed_connections_do_not_hold_its_address():
+    """The server side closes first (as a killed node's sshd does): its socket waits in TIME_WAIT on the node's
+    address and port; only a listener counts as in use."""
+    address = "127.0.0.250"
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((address, 0))
+        port = listener.getsockname()[1]
+        listener.listen()
+        assert lc.address_in_use(address, port)
+        client = socket.create_connection((address, port))
+        server, _ = listener.accept()
+        server.close()
+        client.recv(1)
+        client.close()
+    assert lc.address_in_use(address, port) is False

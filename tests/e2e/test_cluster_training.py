@@ -582,8 +582,10 @@ def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_n
     assert "Start mpirun" not in output and "PLAY [Data" in output
     # Powered on again: the local cluster's `up` starts the stopped container and waits for its sshd.
     restarted = subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=3",
-                                       "--backend=numpy"], check=True, capture_output=True, text=True)
-    assert f"started cntk-{NAME}-node3" in restarted.stdout
+                                       "--backend=numpy"], capture_output=True, text=True)
+    assert restarted.returncode == 0 and f"started cntk-{NAME}-node3" in restarted.stdout, \
+        (restarted.stdout, restarted.stderr, node_shell(NAME, "node3", "true").stderr,
+         subprocess.run(["docker", "logs", "--tail", "20", f"cntk-{NAME}-node3"], capture_output=True, text=True))
 
     site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
                           text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
