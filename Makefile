@@ -57,7 +57,7 @@ molecule: venv
 	molecule test
 
 # Open MPI, OpenSSL and CPython built from source (Debian's own sources as
-# pins), once, and shipped to the second node: about 13 minutes.
+# pins, at -O0), once, and shipped to the second node: about 13 minutes at -O2.
 slow: venv
 	molecule test -s source_builds
 
