@@ -168,6 +168,7 @@ def main():
     args = parser.parse_args()
 
     env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    load_start = [round(x, 1) for x in os.getloadavg()]
     runs = {}
     if args.compare:
         runs["before"] = measure(Path(args.compare).resolve(), args, env)
@@ -178,6 +179,9 @@ def main():
         "backend": args.backend,
         "machine": f"{platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        # Other work on the machine shows here: the times are noisy, the ratios less so.
+        "load_average": load_start,
+        "load_average_end": [round(x, 1) for x in os.getloadavg()],
         "runs": runs,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -190,7 +194,8 @@ def main():
     notes = "".join(f"\n{label}: {runs[label]['project']}" for label in labels)
     (RESULTS / "cluster.md").write_text(
         f"# Local cluster setup, {args.nodes} nodes, {args.backend} backend\n\n{figures['machine']}, "
-        f"{figures['date']}\n{notes}\n\n" + "\n".join(table) + "\n"
+        f"{figures['date']}, load average {figures['load_average']} at the start, "
+        f"{figures['load_average_end']} at the end\n{notes}\n\n" + "\n".join(table) + "\n"
     )
     print("\n".join(table))
     now = runs["now"]
