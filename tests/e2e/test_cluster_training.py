@@ -523,6 +523,8 @@ def test_a_controller_killed_during_the_data_step_leaves_no_partial_file_in_use_
             and time.monotonic() < deadline:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
+    # Mitogen's connection processes run in sessions of their own; a controller that dies takes them too.
+    subprocess.run(["pkill", "-KILL", "-f", job[1:]], check=False)
     proc.communicate()
     for node in NODES:
         assert not [name for name in on_node(node, "ls /srv/cntk/data/big").split() if name.startswith("shard-")], node
