@@ -20,8 +20,9 @@ Ansible's own floor for that converged run is measured too, before the
 cluster goes down: a playbook of T `ping` tasks (the least a task can do on
 a node: one module round trip) over the same nodes, with the same
 ansible.cfg (strategy, forks, SSH options), T being the most tasks a host
-ran (ok) in the converged site.yml. The converged run's time over this floor
-says how much is the project's own work and how much Ansible's per-task cost.
+ran (ok) in the converged site.yml (bench/ansible_floor.py). The converged
+run's time over this floor says how much is the project's own work and how
+much Ansible's per-task cost.
 
 --compare DIR runs the same sequence with another checkout of the project
 first (e.g. `git worktree add /tmp/before <commit>`), so the two sets of
@@ -35,12 +36,12 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+import ansible_floor  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -76,24 +77,10 @@ BACKEND_ROLES = {
 
 def walked(output):
     """Per host: ok and skipped counts of the PLAY RECAP; and the roles whose tasks ran or were skipped."""
-    recap = output.split("PLAY RECAP")[-1]
-    hosts = {}
-    for line in recap.splitlines():
-        match = re.match(r"^(\S+)\s+:\s+(.*)$", line)
-        if match:
-            counts = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2)))
-            hosts[match.group(1)] = {"ok": counts.get("ok", 0), "skipped": counts.get("skipped", 0)}
+    hosts = {host: {"ok": counts.get("ok", 0), "skipped": counts.get("skipped", 0)}
+             for host, counts in ansible_floor.recap_per_host(output).items()}
     roles = sorted(set(re.findall(r"^TASK \[([a-z_]+) : ", output, flags=re.M)))
     return hosts, roles
-
-
-def floor_playbook(tasks):
-    """T ping tasks over the cluster's nodes: what T converged tasks cost at the least."""
-    play = [{"name": "Ansible's floor", "hosts": "cluster", "gather_facts": False,
-             "tasks": [{"name": f"ping {index}", "ansible.builtin.ping": None} for index in range(tasks)]}]
-    path = Path(tempfile.mkdtemp(prefix="cluster-bench-")) / "floor.yml"
-    path.write_text(json.dumps(play))
-    return path
 
 
 def measure(project, args, env):
@@ -115,10 +102,8 @@ def measure(project, args, env):
     first_seconds, first_out = timed(playbook, project, env=env)
     second_seconds, second_out = timed(playbook, project, env=env)
     hosts, roles = walked(second_out)
-    tasks = max(counts["ok"] for counts in hosts.values())
-    floor = floor_playbook(tasks)
-    floor_seconds, _ = timed(playbook[:-1] + [str(floor)], project, env=env)
-    shutil.rmtree(floor.parent)
+    tasks = ansible_floor.most_tasks(second_out)
+    floor_seconds, _ = ansible_floor.time_floor(playbook, "site.yml", tasks, hosts="cluster", cwd=project, env=env)
     down_seconds, _ = timed(down, project)
 
     first, second = recap_totals(first_out), recap_totals(second_out)
