@@ -5,10 +5,12 @@ it to each other (dataset_fanout: true) and with the controller sending every no
     bench/fanout_bench.py [--megabytes 200] [--nodes 2,4,8]
 
 First, a converged `site.yml --tags provision` on half the nodes and on all, interleaved (the cost of more
-nodes). Then for each node count: wall time of playbooks/data.yml on empty data folders, the bytes the controller's rsyncs sent (rsync
---stats of the task that sends from the controller) and the bytes the nodes relayed to each other. Uses a cluster of
-its own (`fanout`, 127.0.0.151..), provisioned once for the largest node count; the smaller counts use an inventory
-of its first nodes. Writes bench/results/fanout.json and bench/results/fanout.md.
+nodes), each run followed by Ansible's floor with the same --limit (bench/ansible_floor.py: as many `ping` tasks
+as a host ran in it), whose own ratio of all to half the nodes bounds the provisioning's. Then for each node count:
+wall time of playbooks/data.yml on empty data folders, the bytes the controller's rsyncs sent (rsync --stats of the
+task that sends from the controller) and the bytes the nodes relayed to each other. Uses a cluster of its own
+(`fanout`, 127.0.0.151..), provisioned once for the largest node count; the smaller counts use an inventory of its
+first nodes. Writes bench/results/fanout.json and bench/results/fanout.md.
 """
 
 import argparse
@@ -23,6 +25,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+import ansible_floor  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -67,6 +71,17 @@ def rsync_bytes(output, task, direction):
     return total
 
 
+def floor_reading(figures, half, full):
+    """What the floor's ratio says about the provisioning's, derived from the two."""
+    run, floor = figures["converged_provision_ratio"], figures["converged_provision_floor_ratio"]
+    if floor > 1.3:
+        return (f"Ansible alone, pinging the nodes and nothing more, takes {floor:.2f}x as long on {full} nodes as "
+                f"on {half} on this controller: above the 1.3x goal, so the controller's per-host cost bounds the "
+                f"ratio whatever the tasks do (the provisioning: {run:.2f}x).")
+    return (f"Ansible alone takes {floor:.2f}x as long on {full} nodes as on {half}, within the 1.3x goal: the "
+            f"provisioning's {run:.2f}x comes from its own tasks' work per node beyond that.")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes", type=float, default=200)
@@ -80,7 +95,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     size = write_dataset(work / "train.ctf", args.megabytes)
-    started = time.monotonic()
+    started, load_start = time.monotonic(), [round(x, 1) for x in os.getloadavg()]
 
     if not args.reuse:
         subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
@@ -95,17 +110,27 @@ def main():
     # Converged provisioning (changed=0) on the first half of the nodes and on all of them, interleaved: how the
     # per-run cost grows with the node count (issue 13's 8 nodes against 4).
     # The whole inventory both times (/etc/hosts lists every node), --limit for the half.
+    # Beside each run, Ansible's floor with the same --limit: as many pings as a host ran in it, so the floor's
+    # own 8/4 says how much of the growth is Ansible's per-host cost on this controller.
     converged = {counts[-1] // 2: [], counts[-1]: []}
+    floor = {count: [] for count in converged}
+    floor_tasks = {count: [] for count in converged}
     for _ in range(2):
         for count in converged:
+            command = [PLAYBOOK, "-i", str(STATE / "inventory"), "site.yml", "--tags", "provision",
+                       "--limit", ",".join(nodes[:count])]
             start = time.monotonic()
-            again = subprocess.run([PLAYBOOK, "-i", str(STATE / "inventory"), "site.yml", "--tags", "provision",
-                                    "--limit", ",".join(nodes[:count])],
-                                   capture_output=True, text=True, cwd=ROOT, env=env)
+            again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
             if again.returncode != 0 or re.search(r"changed=[1-9]", again.stdout.split("PLAY RECAP")[-1]):
                 sys.exit(f"converged provisioning on {count} nodes changed something or failed:\n"
                          + again.stdout[-3000:])
             converged[count].append(round(time.monotonic() - start, 1))
+            tasks = ansible_floor.most_tasks(again.stdout)
+            seconds, _ = ansible_floor.time_floor(command, "site.yml", tasks, hosts="cluster", cwd=ROOT, env=env)
+            floor[count].append(round(seconds, 1))
+            floor_tasks[count].append(tasks)
+            print(f"converged provision, {count} nodes: {converged[count][-1]} s; floor of {tasks} pings: "
+                  f"{floor[count][-1]} s", flush=True)
     print("converged provision:", converged, flush=True)
 
     data_vars = json.dumps({"cluster_dataset_name": DATASET, "dataset_generate": "", "dataset_layout": "replicate",
@@ -135,8 +160,15 @@ def main():
 
     figures = {"dataset_bytes": size, "machine": f"{platform.node()}, {os.cpu_count()} cores",
                "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": os.getloadavg(),
+               "load_average_start": load_start,
                "bench_seconds": round(time.monotonic() - started, 1), "rows": rows,
-               "converged_provision_s": {str(k): v for k, v in converged.items()}}
+               "converged_provision_s": {str(k): v for k, v in converged.items()},
+               "converged_provision_floor_s": {str(k): v for k, v in floor.items()},
+               "converged_provision_floor_tasks": {str(k): v for k, v in floor_tasks.items()}}
+    half, full = sorted(converged)
+    # Best of each, as for the converged runs themselves.
+    figures["converged_provision_ratio"] = round(min(converged[full]) / min(converged[half]), 2)
+    figures["converged_provision_floor_ratio"] = round(min(floor[full]) / min(floor[half]), 2)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "fanout.json").write_text(json.dumps(figures, indent=2) + "\n")
     table = ["| nodes | controller sends every node (fanout false) | | nodes relay (fanout true) | | |",
@@ -149,15 +181,20 @@ def main():
                      f"({on['controller_bytes'] / size:.2f} D) | {on['relayed_bytes'] / 1e6:,.0f} MB | "
                      f"{on['seconds']} s |")
     text = (f"# Fan-out: a replicated data set of D = {size / 1e6:,.0f} MB to N nodes\n\n"
-            f"{figures['machine']}, {figures['date']}, load average at the end {figures['load_average'][0]:.1f}. "
+            f"{figures['machine']}, {figures['date']}, load average {load_start} at the start, "
+            f"{[round(x, 1) for x in figures['load_average']]} at the end. "
             "playbooks/data.yml on empty data folders; bytes are rsync's totals (data plus rsync's own protocol): "
             "controller, `Total bytes sent` by the task that sends from the controller; relayed, `Total bytes "
-            "received` by the node-to-node tasks (the receiving node runs rsync). Every node here shares one host's loopback, so the wall times show the rounds, not a "
-            "network's bandwidth.\n\n" + "\n".join(table) + "\n")
-    half, full = sorted(converged)
+            "received` by the node-to-node tasks (the receiving node runs rsync). Every node here shares one host's "
+            "loopback, so the wall times show the rounds, not a network's bandwidth.\n\n" + "\n".join(table) + "\n")
     text += (f"\nConverged `site.yml --tags provision` (changed=0), two interleaved runs each: {half} nodes "
              f"{converged[half]} s, {full} nodes {converged[full]} s; {full} / {half} nodes (best of each): "
-             f"{min(converged[full]) / min(converged[half]):.2f}x (goal: at most 1.3x).\n")
+             f"{figures['converged_provision_ratio']:.2f}x (goal: at most 1.3x).\n"
+             f"\nAnsible's floor beside each run (bench/ansible_floor.py: as many `ping` tasks as a host ran, "
+             f"{'/'.join(map(str, sorted(set(floor_tasks[half] + floor_tasks[full]))))}, with the same --limit and "
+             "ansible.cfg): "
+             f"{half} nodes {floor[half]} s, {full} nodes {floor[full]} s; {full} / {half} nodes (best of each): "
+             f"{figures['converged_provision_floor_ratio']:.2f}x. {floor_reading(figures, half, full)}\n")
     (RESULTS / "fanout.md").write_text(text)
     print(text)
     return 0

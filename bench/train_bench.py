@@ -33,14 +33,26 @@ each backend (ratio of the medians; the per-repeat paired ratios are kept in
 the JSON) and cntk/numpy. The figures are relative, measured in one run on one
 machine, not absolute claims.
 
+The machine's ceiling for W ranks (each W of --ranks with 1 < W <= cores),
+in the same interleaved rounds: W independent copies of the 1-rank job at
+once, each its own `mpirun -np 1` on its own core (as mpirun places the W
+ranks: rank i on core i), with no communication between them and the same
+data, arguments and one-thread env. The sum of their samples/s over the
+1-rank samples/s of the same round (median over rounds) is what W cores give
+this job with no MPI at all; W ranks near it are bound by the cores, W ranks
+well below it by MPI and the ranks' synchronisation. Each copy's log dates
+its training loop, so the JSON keeps how long all W loops ran together.
+
 Writes bench/results/<name>.json (every run, the medians, the machine, the
 date) and bench/results/<name>.md (the tables and what they mean).
 """
 
 import argparse
+import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -69,6 +81,12 @@ MINIBATCHES = (64, 512)
 RANKS = (1, 2, 4, 8)
 LR = 0.1
 PROGRESS_EVERY = 50
+# W ranks within this share of W independent copies' throughput are bound by the cores, not by MPI.
+CORES_BOUND_SHARE = 0.9
+# Copies whose loops ran together less than this share of the time measure a ceiling that may be too high.
+LOOPS_TOGETHER_ENOUGH = 0.8
+# The rank logger's line at the end of the training loop (training/common.py's format).
+LOOP_DONE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) rank \S+ \S+ done: .* in ([\d.]+) s$", re.M)
 
 
 def run(cmd, env=None, timeout=600):
@@ -136,6 +154,45 @@ def cntk_runtime():
         return None, str(error)
 
 
+def run_together(commands, logs, env, timeout=600):
+    """Start every command at once, each with its stdout in its log file; wall seconds of each."""
+    start = time.monotonic()
+    procs = []
+    for cmd, log in zip(commands, logs):
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                          env=env))
+    walls = []
+    for cmd, log, proc in zip(commands, logs, procs):
+        try:
+            code = proc.wait(timeout=max(1, timeout - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            sys.exit(f"{' '.join(map(str, cmd))} did not finish in {timeout} s:\n{Path(log).read_text()[-3000:]}")
+        if code != 0:
+            sys.exit(f"{' '.join(map(str, cmd))} failed ({code}):\n{Path(log).read_text()[-3000:]}")
+        walls.append(time.monotonic() - start)
+    return walls
+
+
+def loop_window(log_text):
+    """(start, end) of the training loop in epoch seconds, from the log's `done: ... in S s` line."""
+    match = LOOP_DONE.search(log_text)
+    if not match:
+        return None
+    end = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return end - float(match.group(2)), end
+
+
+def overlap_share(windows):
+    """How long every loop ran at the same time, as a share of the longest loop (1.0: fully together)."""
+    if not windows or None in windows:
+        return None
+    together = min(end for _, end in windows) - max(start for start, _ in windows)
+    return max(0.0, together) / max(end - start for start, end in windows)
+
+
 def median_of(rows, key):
     values = [r[key] for r in rows if r[key] is not None]
     return statistics.median(values) if values else None
@@ -182,6 +239,10 @@ def main():
         exported += ["-x", name]
 
     configs = [(model, mb) for model in args.models for mb in args.minibatches]
+    # The ceiling's widths: W ranks that fit on the cores this process may use, one copy per core.
+    cpus = sorted(os.sched_getaffinity(0))
+    copy_widths = [w for w in ranks_list if 1 < w <= min(cores, len(cpus))]
+    copy_groups = []
     runs = []
     versions = {}
     bench_start = time.monotonic()
@@ -196,21 +257,24 @@ def main():
             run([PYTHON, "scripts/shard_dataset.py", "--source", tmp / "train.ctf",
                  "--ranks", str(ranks), "--out", shards[ranks]])
 
-        total = args.repeat * len(configs) * len(ranks_list) * len(args.backends)
+        def job(backend, model, mb, ranks, tag, placement=()):
+            """The mpirun command line of one run; `placement` adds mpirun's own options (a copy's core)."""
+            return [MPIRUN, *MPI_FLAGS, *placement, *exported, "-np", str(ranks),
+                    pythons[backend], "training/train.py", "--backend", backend,
+                    "--data-dir", shards[ranks], "--test-file", tmp / "test.ctf",
+                    "--output-dir", tmp / "out" / tag, "--checkpoint-dir", tmp / "ck" / tag,
+                    "--model", model, "--hidden", str(args.hidden), "--epochs", str(args.epochs),
+                    "--minibatch", str(mb), "--lr", str(LR),
+                    "--progress-every", str(PROGRESS_EVERY)]
+
+        total = args.repeat * len(configs) * (len(ranks_list) + len(copy_widths)) * len(args.backends)
         for repeat in range(1, args.repeat + 1):
             for model, mb in configs:
                 for ranks in ranks_list:
                     for backend in args.backends:
                         tag = f"{backend}-{model}-mb{mb}-np{ranks}-r{repeat}"
-                        out, ck = tmp / "out" / tag, tmp / "ck" / tag
-                        cmd = [MPIRUN, *MPI_FLAGS, *exported, "-np", str(ranks),
-                               pythons[backend], "training/train.py", "--backend", backend,
-                               "--data-dir", shards[ranks], "--test-file", tmp / "test.ctf",
-                               "--output-dir", out, "--checkpoint-dir", ck,
-                               "--model", model, "--hidden", str(args.hidden), "--epochs", str(args.epochs),
-                               "--minibatch", str(mb), "--lr", str(LR),
-                               "--progress-every", str(PROGRESS_EVERY)]
-                        wall, _ = run([str(c) for c in cmd], env=env)
+                        out = tmp / "out" / tag
+                        wall, _ = run([str(c) for c in job(backend, model, mb, ranks, tag)], env=env)
                         summary = json.loads((out / "summary.json").read_text())
                         record = {
                             "backend": backend, "model": model, "minibatch": mb, "ranks": ranks,
@@ -225,9 +289,37 @@ def main():
                         runs.append(record)
                         versions[backend] = summary.get("versions", {})
                         share = record["allreduce_share"]
-                        print(f"[{len(runs)}/{total}] {tag}: {record['samples_per_sec']:,.0f} samples/s, "
+                        print(f"[{len(runs) + len(copy_groups)}/{total}] {tag}: "
+                              f"{record['samples_per_sec']:,.0f} samples/s, "
                               f"allreduce {'n/a' if share is None else format(share, '.0%')}, "
                               f"acc {record['test_accuracy']:.3f}, wall {wall:.1f} s", flush=True)
+                for copies in copy_widths:
+                    for backend in args.backends:
+                        tag = f"{backend}-{model}-mb{mb}-copies{copies}-r{repeat}"
+                        tags = [f"{tag}-c{index}" for index in range(copies)]
+                        logs = [tmp / f"{copy_tag}.log" for copy_tag in tags]
+                        # Copy i on core i, as mpirun binds rank i of a W-rank job (and rank 0 of a 1-rank job).
+                        commands = [job(backend, model, mb, 1, copy_tag,
+                                        ("--cpu-set", str(cpus[index]), "--bind-to", "core"))
+                                    for index, copy_tag in enumerate(tags)]
+                        walls = run_together(commands, logs, env)
+                        group = []
+                        for index, copy_tag in enumerate(tags):
+                            summary = json.loads((tmp / "out" / copy_tag / "summary.json").read_text())
+                            group.append({"samples_per_sec": summary["samples_per_sec"],
+                                          "test_accuracy": summary["test_accuracy"],
+                                          "seconds": summary["seconds"], "wall_seconds": round(walls[index], 3)})
+                        windows = [loop_window(log.read_text()) for log in logs]
+                        together = overlap_share(windows)
+                        copy_groups.append({
+                            "backend": backend, "model": model, "minibatch": mb, "copies": copies,
+                            "repeat": repeat, "cpus": [cpus[index] for index in range(copies)],
+                            "samples_per_sec_sum": sum(c["samples_per_sec"] for c in group),
+                            "loops_together_share": together, "runs": group})
+                        print(f"[{len(runs) + len(copy_groups)}/{total}] {tag}: "
+                              + " + ".join(f"{c['samples_per_sec']:,.0f}" for c in group)
+                              + f" samples/s, loops together "
+                              f"{'n/a' if together is None else format(together, '.0%')}", flush=True)
 
     medians = []
     for backend in args.backends:
@@ -263,6 +355,31 @@ def main():
                 row["ratio_vs_numpy"] = row["samples_per_sec"] / by[("numpy",) + tuple(
                     row[k] for k in ("model", "minibatch", "ranks"))]["samples_per_sec"]
 
+    ceilings = []
+    for backend in args.backends:
+        for model, mb in configs:
+            single = {r["repeat"]: r["samples_per_sec"] for r in runs
+                      if (r["backend"], r["model"], r["minibatch"], r["ranks"]) == (backend, model, mb, 1)}
+            for copies in copy_widths:
+                groups = [g for g in copy_groups
+                          if (g["backend"], g["model"], g["minibatch"], g["copies"]) == (backend, model, mb, copies)]
+                # Each round's copies against that round's 1-rank run: the same load for both.
+                paired = [g["samples_per_sec_sum"] / single[g["repeat"]] for g in groups]
+                ranks_row = next(r for r in medians if (r["backend"], r["model"], r["minibatch"], r["ranks"])
+                                 == (backend, model, mb, copies))
+                ceiling = statistics.median(paired)
+                together = [g["loops_together_share"] for g in groups if g["loops_together_share"] is not None]
+                ceilings.append({
+                    "backend": backend, "model": model, "minibatch": mb, "copies": copies,
+                    "ceiling_vs_1_rank": ceiling, "paired_ceilings": paired,
+                    "samples_per_sec_sum": statistics.median(g["samples_per_sec_sum"] for g in groups),
+                    "loops_together_share": statistics.median(together) if together else None,
+                    "ranks_ratio_vs_1_rank": ranks_row["ratio_vs_1_rank"],
+                    "ranks_share_of_ceiling": ranks_row["ratio_vs_1_rank"] / ceiling,
+                    # What bounds the W ranks: the cores (near the copies) or MPI (well below them).
+                    "bound": "cores" if ranks_row["ratio_vs_1_rank"] / ceiling >= CORES_BOUND_SHARE else "mpi",
+                })
+
     elapsed = time.monotonic() - bench_start
     figures = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
@@ -282,10 +399,16 @@ def main():
             "cntk_mpi": ("the distribution's Open MPI 4 under Open MPI 1.10's sonames (libmpi.so.12, "
                          "libmpi_cxx.so.1): a stand-in, not Open MPI 1.10.7") if "cntk" in args.backends else None,
             "order": "repeats interleaved: every configuration once per round",
+            "ceiling": ("W independent copies of the 1-rank job at once, each its own `mpirun -np 1 --cpu-set i "
+                        "--bind-to core` (copy i on core i), no communication; sum of their samples/s over the "
+                        "same round's 1-rank samples/s, median over rounds"),
+            "ceiling_copies": copy_widths,
         },
         "bench_seconds": round(elapsed, 1),
         "medians": medians,
+        "ceilings": ceilings,
         "runs": runs,
+        "copy_runs": copy_groups,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(figures, indent=2) + "\n")
@@ -328,7 +451,10 @@ def markdown(f):
         f"(scripts/shard_dataset.py), {s['epochs']} epochs, lr {s['lr']}, seed 1, {s.get('hidden', 64)} hidden "
         f"units in the mlp; one OpenMP/MKL/BLAS thread "
         f"per rank; every rank on this one host over loopback, ranks beyond the {cores} cores oversubscribed. "
-        f"Median of {s['repeat']} interleaved runs per row; `bench/train_bench.py` took {f['bench_seconds']} s. "
+        f"Median of {s['repeat']} interleaved runs per row; `bench/train_bench.py` took {f['bench_seconds']} s"
+        + ("" if list(s["ranks"]) == list(RANKS) else
+           f", at {', '.join(map(str, s['ranks']))} ranks only (--ranks; the default is "
+           f"{', '.join(map(str, RANKS))})") + ". "
         "Samples/s, Allreduce share and test accuracy come from each run's `summary.json` (the training loop "
         "only, not mpirun or CNTK start-up); the cntk backend cannot see its Allreduce share (n/a). "
         "min-max is the spread of the runs.",
@@ -362,8 +488,44 @@ def markdown(f):
                     cells.append(f"{row['ratio_vs_numpy']:.2f}")
                 lines.append(f"| {model} | {mb} | " + " | ".join(cells) + " |")
 
+    ceilings = f.get("ceilings") or []
+    if ceilings:
+        lines += [
+            "",
+            "The machine's ceiling: W independent copies of the 1-rank job at once, each its own `mpirun -np 1` "
+            "on its own core (copy i on core i, as mpirun binds rank i), no communication between them, the same "
+            "data, arguments and one thread each, in the same interleaved rounds. Ceiling: the copies' samples/s "
+            "summed over the same round's 1-rank samples/s, median over rounds; what W cores give this job with "
+            "no MPI at all. \"loops together\": how long all W training loops ran at the same time, as a share of "
+            "the longest (from each copy's log).",
+            "",
+            "| backend | model | minibatch | W | W ranks, ratio vs 1 rank | W copies, ceiling vs 1 rank "
+            "| ranks / ceiling | loops together |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for c in ceilings:
+            together = "n/a" if c["loops_together_share"] is None else f"{c['loops_together_share']:.0%}"
+            lines.append(f"| {c['backend']} | {c['model']} | {c['minibatch']} | {c['copies']} | "
+                         f"{c['ranks_ratio_vs_1_rank']:.2f} | {c['ceiling_vs_1_rank']:.2f} | "
+                         f"{c['ranks_share_of_ceiling']:.0%} | {together} |")
+
     lines += ["", "What it means: " + verdict(f), ""]
     return "\n".join(lines)
+
+
+def ceiling_reading(c):
+    """W ranks against W independent copies, and what bounds the W ranks, derived from the two figures."""
+    head = (f"{c['backend']}: {c['copies']} ranks {c['ranks_ratio_vs_1_rank']:.2f}x; {c['copies']} independent "
+            f"copies without MPI {c['ceiling_vs_1_rank']:.2f}x")
+    together = c["loops_together_share"]
+    if together is not None and together < LOOPS_TOGETHER_ENOUGH:
+        # A copy whose loop ran partly alone had its core's share to itself for that part.
+        head += (f" (their training loops ran together only {together:.0%} of the time, so the ceiling may be "
+                 "high)")
+    if c["bound"] == "cores":
+        return f"{head}: the cores, not MPI, are the bound."
+    return (f"{head}: the ranks reach {c['ranks_share_of_ceiling']:.0%} of what the cores give, so MPI and the "
+            "ranks' synchronisation cost the rest.")
 
 
 def verdict(f):
@@ -411,6 +573,8 @@ def verdict(f):
             parts.append(f"{backend}: minibatch {large} is faster than {small} in {len(higher)} of "
                          f"{len(s['models']) * len(s['ranks'])} model/rank pairs (fewer steps per sample, so less "
                          "per-step overhead).")
+    for ceiling in f.get("ceilings") or []:
+        parts.append(ceiling_reading(ceiling))
     cntk_rows = [r for r in f["medians"] if "ratio_vs_numpy" in r]
     if cntk_rows:
         single = [r["ratio_vs_numpy"] for r in cntk_rows if r["ranks"] == 1]
