@@ -133,9 +133,21 @@ def main():
                   f"{floor[count][-1]} s", flush=True)
     print("converged provision:", converged, flush=True)
 
+    # Written after the converged part and after every data row: a run stopped part way keeps what it measured.
+    half, full = sorted(converged)
+    figures = {"dataset_bytes": size, "machine": f"{platform.node()}, {os.cpu_count()} cores",
+               "load_average_start": load_start, "rows": [], "complete": False,
+               "converged_provision_s": {str(k): v for k, v in converged.items()},
+               "converged_provision_floor_s": {str(k): v for k, v in floor.items()},
+               "converged_provision_floor_tasks": {str(k): v for k, v in floor_tasks.items()},
+               # Best of each, as for the converged runs themselves.
+               "converged_provision_ratio": round(min(converged[full]) / min(converged[half]), 2),
+               "converged_provision_floor_ratio": round(min(floor[full]) / min(floor[half]), 2)}
+    write_results(figures, counts, started)
+
     data_vars = json.dumps({"cluster_dataset_name": DATASET, "dataset_generate": "", "dataset_layout": "replicate",
                             "dataset_train_source": str(work / "train.ctf"), "dataset_test_source": ""})
-    rows = []
+    rows = figures["rows"]
     for count in counts:
         inventory = sub_inventory(count)
         for fanout in (False, True):
@@ -154,35 +166,42 @@ def main():
                          "controller_bytes": rsync_bytes(result.stdout, SEND_TASK, "sent"),
                          "relayed_bytes": rsync_bytes(result.stdout, RELAY_TASK, "received")})
             print(rows[-1], flush=True)
+            write_results(figures, counts, started)
 
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
     shutil.rmtree(work, ignore_errors=True)
+    figures["complete"] = True
+    print(write_results(figures, counts, started))
+    return 0
 
-    figures = {"dataset_bytes": size, "machine": f"{platform.node()}, {os.cpu_count()} cores",
-               "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": os.getloadavg(),
-               "load_average_start": load_start,
-               "bench_seconds": round(time.monotonic() - started, 1), "rows": rows,
-               "converged_provision_s": {str(k): v for k, v in converged.items()},
-               "converged_provision_floor_s": {str(k): v for k, v in floor.items()},
-               "converged_provision_floor_tasks": {str(k): v for k, v in floor_tasks.items()}}
-    half, full = sorted(converged)
-    # Best of each, as for the converged runs themselves.
-    figures["converged_provision_ratio"] = round(min(converged[full]) / min(converged[half]), 2)
-    figures["converged_provision_floor_ratio"] = round(min(floor[full]) / min(floor[half]), 2)
+
+def write_results(figures, counts, started):
+    """bench/results/fanout.json and .md from what is measured so far; the markdown's text."""
+    figures.update({"date": time.strftime("%Y-%m-%d %H:%M"), "load_average": os.getloadavg(),
+                    "bench_seconds": round(time.monotonic() - started, 1)})
+    size, rows = figures["dataset_bytes"], figures["rows"]
+    converged, floor = figures["converged_provision_s"], figures["converged_provision_floor_s"]
+    floor_tasks = figures["converged_provision_floor_tasks"]
+    half, full = sorted(converged, key=int)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "fanout.json").write_text(json.dumps(figures, indent=2) + "\n")
     table = ["| nodes | controller sends every node (fanout false) | | nodes relay (fanout true) | | |",
              "| ---: | ---: | ---: | ---: | ---: | ---: |",
              "| | controller bytes | time | controller bytes | relayed between nodes | time |"]
     for count in counts:
-        off, on = (next(r for r in rows if r["nodes"] == count and r["fanout"] == f) for f in (False, True))
+        pair = [next((r for r in rows if r["nodes"] == count and r["fanout"] == f), None) for f in (False, True)]
+        if None in pair:
+            continue
+        off, on = pair
         table.append(f"| {count} | {off['controller_bytes'] / 1e6:,.0f} MB ({off['controller_bytes'] / size:.2f} D) "
                      f"| {off['seconds']} s | {on['controller_bytes'] / 1e6:,.0f} MB "
                      f"({on['controller_bytes'] / size:.2f} D) | {on['relayed_bytes'] / 1e6:,.0f} MB | "
                      f"{on['seconds']} s |")
-    text = (f"# Fan-out: a replicated data set of D = {size / 1e6:,.0f} MB to N nodes\n\n"
-            f"{figures['machine']}, {figures['date']}, load average {load_start} at the start, "
-            f"{[round(x, 1) for x in figures['load_average']]} at the end. "
+    partial = "" if figures["complete"] else " (partial: the run has not finished or was stopped)"
+    text = (f"# Fan-out: a replicated data set of D = {size / 1e6:,.0f} MB to N nodes{partial}\n\n"
+            f"{figures['machine']}, {figures['date']}, load average {figures['load_average_start']} at the start, "
+            f"{[round(x, 1) for x in figures['load_average']]} at the end; the bench took "
+            f"{figures['bench_seconds']} s. "
             "playbooks/data.yml on empty data folders; bytes are rsync's totals (data plus rsync's own protocol): "
             "controller, `Total bytes sent` by the task that sends from the controller; relayed, `Total bytes "
             "received` by the node-to-node tasks (the receiving node runs rsync). Every node here shares one host's "
@@ -196,8 +215,7 @@ def main():
              f"{half} nodes {floor[half]} s, {full} nodes {floor[full]} s; {full} / {half} nodes (best of each): "
              f"{figures['converged_provision_floor_ratio']:.2f}x. {floor_reading(figures, half, full)}\n")
     (RESULTS / "fanout.md").write_text(text)
-    print(text)
-    return 0
+    return text
 
 
 if __name__ == "__main__":

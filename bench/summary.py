@@ -185,6 +185,9 @@ def fanout_rows():
         return [("controller bytes, a set every node needs whole", "N x D", "not measured", "D", "n/a", "-")]
     size = fanout["dataset_bytes"]
     relayed = sorted((row["nodes"], row["controller_bytes"] / size) for row in fanout["rows"] if row["fanout"])
+    if not relayed:
+        # A fanout run stopped before its data rows.
+        return [("controller bytes, a set every node needs whole", "N x D", "not measured", "D", "n/a", "-")]
     return [("controller bytes, a set every node needs whole (replicate), N nodes", "N x D",
              ", ".join(f"{nodes} nodes: {ratio:.2f} D" for nodes, ratio in relayed) + f" ({when(fanout)})", "D",
              verdict(all(ratio < 1.05 for _, ratio in relayed)), "-")]
