@@ -8,7 +8,8 @@ with debootstrap from the mirror in this machine's apt sources and imported
 into Docker; it is tagged with a hash of its recipe and rebuilt only when the
 recipe changes.
 
-    local_cluster.py up [--nodes N] [--backend B] [--suite S]   create or reconcile
+    local_cluster.py up [--nodes N] [--backend B] [--suite S] [--network loopback|netns]
+                                                      create or reconcile
     local_cluster.py down                             remove nodes, stop the engine we started
     local_cluster.py status                           print what runs
     local_cluster.py rebuild NODE                     reinstall a node: new disk, new host keys
@@ -24,6 +25,22 @@ numpy otherwise, saying why; `--backend numpy` the reference backend.
 provisioning, the SSH mesh and the data step converge there, but its Open
 MPI 5 refuses the loopback-only network these nodes share (preflight does
 not list Debian 13 as supported).
+
+`--network netns` gives every node a network namespace of its own instead
+(`--network none`, then plumbed from here) with two interfaces, as real
+hardware has: mgmt0 on the management network (a host bridge cm-<tag>; the
+controller, Ansible and SSH go there) and fab0 on the fabric network (a host
+bridge cf-<tag>; MPI, the SSH mesh and the data go there), addresses from
+10.<n>.0.0/24 and 10.<n>.1.0/24 (n from the cluster's name), the host at .254
+on both. The inventory then says cluster_mpi_interface: fab0, ansible_host
+is the management address, cluster_address and cluster_data_host the fabric
+one. Such a node reaches nothing beyond the bridges: its apt goes through an
+apt-cacher-ng (Debian's package) that this tool runs on the host, bound to the
+management bridge's address, its cache in .cluster/NAME/apt-cacher-ng, which
+fetches from the mirror in the node's sources (the machine's own apt sources,
+as the image was built). `down` removes the bridges, the veths and the proxy.
+The loopback layout (`--network loopback`, the default) stays for machines
+where namespaces cannot be made.
 
 `up` writes inventory/local/hosts.yml, a controller key and a known_hosts file
 pinned to the nodes' real host keys (read through `docker exec`, a channel
@@ -83,6 +100,38 @@ printf 'ListenAddress %s:%s\\n' "$NODE_ADDRESS" "$NODE_SSH_PORT" \\
 printf 'BindAddress %s\\n' "$NODE_ADDRESS" >/etc/ssh/ssh_config.d/10-local-cluster.conf
 exec /usr/sbin/sshd -D -e
 """
+
+
+# The node's start in the netns layout (the image's own init is for the
+# loopback layout): it waits for mgmt0 and fab0, which local_cluster.py moves
+# into its namespace once the container runs, then listens on both addresses
+# (the controller comes on the management one, the mesh and mpirun's launches
+# on the fabric one), leaves from whichever address the route gives (no
+# BindAddress: the namespace is the node's own), and sends apt through the
+# host's proxy on the management network.
+NETNS_INIT = """set -eu
+: "${NODE_ADDRESS:?}" "${NODE_FABRIC_ADDRESS:?}" "${NODE_SSH_PORT:?}" "${NODE_APT_PROXY:?}"
+ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
+mkdir -p /run/sshd
+tries=0
+until ip -o -4 addr show | grep -q " $NODE_ADDRESS/" && ip -o -4 addr show | grep -q " $NODE_FABRIC_ADDRESS/"; do
+  tries=$((tries + 1))
+  [ "$tries" -lt 600 ] || { echo "mgmt0/fab0 did not come within 120s" >&2; exit 1; }
+  sleep 0.2
+done
+printf 'ListenAddress %s:%s\\nListenAddress %s:%s\\n' "$NODE_ADDRESS" "$NODE_SSH_PORT" \\
+  "$NODE_FABRIC_ADDRESS" "$NODE_SSH_PORT" >/etc/ssh/sshd_config.d/10-local-cluster.conf
+rm -f /etc/ssh/ssh_config.d/10-local-cluster.conf
+printf 'Acquire::http::Proxy "%s";\\n' "$NODE_APT_PROXY" >/etc/apt/apt.conf.d/01local-cluster-proxy
+exec /usr/sbin/sshd -D -e
+"""
+NETWORKS = ("loopback", "netns")
+# Interface names inside a netns node, as on real hardware.
+MGMT_IFACE = "mgmt0"
+FABRIC_IFACE = "fab0"
+# The host's own address on each bridge (.254 of each /24).
+HOST_OCTET = 254
+APT_PROXY_PORT = 3142
 
 
 class ClusterError(Exception):
@@ -180,6 +229,74 @@ def nodes_for(count, first=FIRST_ADDRESS):
     ]
 
 
+def netns_tag(name):
+    """A short tag for the cluster's bridge and veth names (Linux allows 15 characters):
+    the name itself up to 8 characters, else its first 4 and 4 of its hash."""
+    if len(name) <= 8:
+        return name
+    return name[:4] + hashlib.sha256(name.encode()).hexdigest()[:4]
+
+
+def netns_links(name, count):
+    """Host-side link names: {'mgmt_bridge', 'fabric_bridge', 'veths': [(mgmt end, fabric end) per node]}."""
+    tag = netns_tag(name)
+    return {
+        "mgmt_bridge": f"cm-{tag}",
+        "fabric_bridge": f"cf-{tag}",
+        "veths": [(f"m{tag}-{i + 1}", f"f{tag}-{i + 1}") for i in range(count)],
+    }
+
+
+def netns_subnets(name, host_networks=()):
+    """(management, fabric) IPv4 networks of a netns cluster: 10.<n>.0.0/24 and 10.<n>.1.0/24, n in 100..227 from
+    the name's hash. host_networks: the host's routes (strings); an overlap with any (other than this cluster's own
+    bridges, left out by the caller) is refused rather than shadowing a route."""
+    n = 100 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 128
+    mgmt = ipaddress.IPv4Network(f"10.{n}.0.0/24")
+    fabric = ipaddress.IPv4Network(f"10.{n}.1.0/24")
+    for text in host_networks:
+        route = ipaddress.ip_network(text, strict=False)
+        if route.version == 4 and route.prefixlen > 0 and (route.overlaps(mgmt) or route.overlaps(fabric)):
+            raise ClusterError(
+                f"cluster {name}'s networks {mgmt} and {fabric} overlap this machine's route {route}: "
+                "choose another --name (the networks follow the name)")
+    return mgmt, fabric
+
+
+def netns_nodes(count, name, host_networks=()):
+    """[{'name': 'node1', 'address': management address, 'fabric': fabric address}, ...] and the host's
+    address on each network: (nodes, host management address, host fabric address)."""
+    if not 1 <= count <= MAX_NODES:
+        raise ClusterError(f"--nodes {count}: choose between 1 and {MAX_NODES}")
+    mgmt, fabric = netns_subnets(name, host_networks)
+    nodes = [{"name": f"node{i + 1}", "address": str(mgmt[i + 1]), "fabric": str(fabric[i + 1])}
+             for i in range(count)]
+    return nodes, str(mgmt[HOST_OCTET]), str(fabric[HOST_OCTET])
+
+
+def interface_bytes(ip_json):
+    """{interface: (rx bytes, tx bytes)} from `ip -j -s link show`'s output."""
+    return {link["ifname"]: (link["stats64"]["rx"]["bytes"], link["stats64"]["tx"]["bytes"])
+            for link in json.loads(ip_json) if "stats64" in link}
+
+
+def apt_proxy_config(state_dir, address, port=APT_PROXY_PORT):
+    """apt-cacher-ng's configuration for one cluster: its cache and logs under state_dir, listening on the
+    management bridge's address only, and no remapping (it fetches what the node's sources name)."""
+    return "\n".join([
+        "# Written by scripts/local_cluster.py: the netns nodes' apt proxy.",
+        f"CacheDir: {state_dir}/cache",
+        f"LogDir: {state_dir}/log",
+        "SupportDir: /usr/lib/apt-cacher-ng",
+        f"BindAddress: {address}",
+        f"Port: {port}",
+        f"PidFile: {state_dir}/apt-cacher-ng.pid",
+        f"SocketPath: {state_dir}/socket",
+        "ForeGround: 1",
+        "",
+    ])
+
+
 def known_hosts_lines(address, port, public_keys):
     """known_hosts lines for one node, host pattern as ssh writes it."""
     pattern = address if port == 22 else f"[{address}]:{port}"
@@ -195,7 +312,10 @@ def known_hosts_lines(address, port, public_keys):
 def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artifacts_dir=None, backend=None):
     """inventory/local/hosts.yml for the running nodes (YAML, written by hand).
 
-    backend: the backend's settings ({name: value}, values without newlines)."""
+    backend: the backend's settings ({name: value}, values without newlines).
+    A node with a 'fabric' address (the netns layout) is reached at its management address (ansible_host); the
+    fabric address is its cluster_address (MPI, the mesh) and cluster_data_host (the controller's rsync), and
+    its cluster_mpi_interface is fab0."""
     out = [
         "---",
         "# Generated by scripts/local_cluster.py up: the local cluster as it runs now.",
@@ -219,6 +339,8 @@ def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artif
     out += [
         "  children:",
         "    cluster:",
+    ]
+    out += [
         "      children:",
         "        training:",
         "          hosts:",
@@ -227,8 +349,14 @@ def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artif
         out += [
             f"            {node['name']}:",
             f"              ansible_host: {node['address']}",
-            f"              cluster_address: {node['address']}",
+            f"              cluster_address: {node.get('fabric', node['address'])}",
         ]
+        if "fabric" in node:
+            # Host vars: group_vars/all.yml (lo, the loopback layout's) wins over any group's vars written here.
+            out += [
+                f"              cluster_data_host: {node['fabric']}",
+                f"              cluster_mpi_interface: {FABRIC_IFACE}",
+            ]
     return "\n".join(out) + "\n"
 
 
@@ -490,6 +618,9 @@ class Cluster:
                 "address": labels.get(f"{LABEL}.address", ""),
                 "port": labels.get(f"{LABEL}.ssh-port", ""),
                 "shared": labels.get(f"{LABEL}.shared", ""),
+                "network": labels.get(f"{LABEL}.network", "loopback"),
+                "fabric": labels.get(f"{LABEL}.fabric", ""),
+                "pid": info["State"].get("Pid", 0),
             }
         return found
 
@@ -513,8 +644,132 @@ class Cluster:
             changed |= write_if_changed(self.inventory_dir / "group_vars" / "all.yml", group_vars)
         return changed
 
-    def up(self, count, port, backend="auto", suite=NODE_SUITE):
-        nodes = nodes_for(count, self.first_address)
+    # ------------------------------------------------ the netns layout's network
+
+    def netns_host_networks(self):
+        """The host's IPv4 routes, less the default route and this cluster's own bridges."""
+        links = netns_links(self.name, 0)
+        routes = json.loads(run(["ip", "-j", "-4", "route", "show"]).stdout or "[]")
+        return [route["dst"] for route in routes
+                if route.get("dst") not in (None, "default")
+                and route.get("dev") not in (links["mgmt_bridge"], links["fabric_bridge"])]
+
+    def ensure_bridges(self, host_mgmt, host_fabric, prefixlen=24):
+        """The cluster's two host bridges, up, with the host's address on each; True when one was made."""
+        links = netns_links(self.name, 0)
+        made = False
+        for bridge, address in ((links["mgmt_bridge"], host_mgmt), (links["fabric_bridge"], host_fabric)):
+            if run(["ip", "link", "show", "dev", bridge], check=False).returncode != 0:
+                run(["ip", "link", "add", bridge, "type", "bridge"])
+                made = True
+            addresses = run(["ip", "-o", "-4", "addr", "show", "dev", bridge]).stdout
+            if f" {address}/" not in addresses:
+                run(["ip", "addr", "add", f"{address}/{prefixlen}", "dev", bridge])
+            run(["ip", "link", "set", bridge, "up"])
+        return made
+
+    def plumb(self, container, node, prefixlen=24):
+        """One veth per bridge into the running container's namespace, named mgmt0 and fab0 there, addressed
+        and up. A container that already has them is left as it is (a restarted one has a new namespace)."""
+        pid = str(int(run(["docker", "inspect", "-f", "{{.State.Pid}}", container]).stdout.strip()))
+        inside = ["nsenter", "-t", pid, "-n"]
+        if run(inside + ["ip", "link", "show", "dev", MGMT_IFACE], check=False).returncode == 0:
+            return False
+        index = int(node["name"].removeprefix("node"))
+        links = netns_links(self.name, index)
+        mgmt_end, fabric_end = links["veths"][index - 1]
+        for host_end, bridge, iface, address in (
+                (mgmt_end, links["mgmt_bridge"], MGMT_IFACE, node["address"]),
+                (fabric_end, links["fabric_bridge"], FABRIC_IFACE, node["fabric"])):
+            # A stale host end (its peer went with an old namespace) would block the name.
+            run(["ip", "link", "del", host_end], check=False)
+            run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", iface, "netns", pid])
+            run(["ip", "link", "set", host_end, "master", bridge, "up"])
+            run(inside + ["ip", "addr", "add", f"{address}/{prefixlen}", "dev", iface])
+            run(inside + ["ip", "link", "set", iface, "up"])
+        return True
+
+    def apt_proxy_dir(self):
+        return self.state_dir / "apt-cacher-ng"
+
+    def apt_proxy_pid(self):
+        """The pid of the apt-cacher-ng this tool started for this cluster, when it still runs."""
+        pid_file = self.apt_proxy_dir() / "started.pid"
+        try:
+            pid = int(pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        return pid if str(self.apt_proxy_dir()).encode() in cmdline else None
+
+    def ensure_apt_proxy(self, address):
+        """Debian's apt-cacher-ng on the management bridge's address, for this cluster's nodes; True when started."""
+        state = self.apt_proxy_dir()
+        for sub in ("cache", "log"):
+            (state / sub).mkdir(parents=True, exist_ok=True)
+        changed = write_if_changed(state / "acng.conf", apt_proxy_config(state, address))
+        pid = self.apt_proxy_pid()
+        if pid and not changed:
+            return False
+        if pid:
+            self.stop_apt_proxy()
+        if shutil.which("apt-cacher-ng") is None:
+            apt_install("apt-cacher-ng")
+        log = open(state / "log" / "stdout.log", "ab")
+        proc = subprocess.Popen(["apt-cacher-ng", "-c", str(state)], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        (state / "started.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                break
+            try:
+                socket.create_connection((address, APT_PROXY_PORT), timeout=1).close()
+                return True
+            except OSError:
+                time.sleep(0.2)
+        raise ClusterError(f"apt-cacher-ng did not listen on {address}:{APT_PROXY_PORT}: read "
+                           f"{(state / 'log').relative_to(ROOT)}")
+
+    def stop_apt_proxy(self):
+        pid = self.apt_proxy_pid()
+        if pid is None:
+            return False
+        os.kill(pid, 15)
+        for _ in range(50):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.1)
+        (self.apt_proxy_dir() / "started.pid").unlink(missing_ok=True)
+        return True
+
+    def remove_netns_network(self):
+        """The proxy, the cluster's bridges and any veth ends left on the host; the names removed."""
+        removed = ["apt-cacher-ng"] if self.stop_apt_proxy() else []
+        links = netns_links(self.name, 0)
+        tag = netns_tag(self.name)
+        shown = json.loads(run(["ip", "-j", "link", "show"]).stdout or "[]")
+        for link in shown:
+            name = link.get("ifname", "")
+            if (name in (links["mgmt_bridge"], links["fabric_bridge"])
+                    or re.fullmatch(rf"[mf]{re.escape(tag)}-\d+", name)):
+                run(["ip", "link", "del", name], check=False)
+                removed.append(name)
+        return removed
+
+    # ------------------------------------------------------------------ verbs
+
+    def up(self, count, port, backend="auto", suite=NODE_SUITE, network="loopback"):
+        if network not in NETWORKS:
+            raise ClusterError(f"--network {network!r}: choose {' or '.join(NETWORKS)}")
+        netns = network == "netns"
+        if netns:
+            if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("nsenter") is None:
+                raise ClusterError("--network netns needs root, iproute2's ip and util-linux's nsenter: "
+                                   "or use --network loopback")
+            nodes, host_mgmt, host_fabric = netns_nodes(count, self.name, self.netns_host_networks())
+        else:
+            nodes = nodes_for(count, self.first_address)
         # Decided before anything starts: a cntk cluster that cannot be had stops here.
         backend_vars, backend_line = backend_settings(backend, python_prefix=pyenv_python())
         ensure_controller_tools()
@@ -528,14 +783,25 @@ class Cluster:
         for name, info in existing.items():
             node = wanted.get(name)
             if (node is None or info["image"] != ref or info["address"] != node["address"]
-                    or info["port"] != str(port) or info["shared"] != str(self.shared_dir)):
+                    or info["port"] != str(port) or info["shared"] != str(self.shared_dir)
+                    or info["network"] != network or info["fabric"] != node.get("fabric", "")):
                 run(["docker", "rm", "-f", "-v", name])
                 changes.append(f"removed {name}")
         existing = self.containers()
 
+        if netns:
+            if self.ensure_bridges(host_mgmt, host_fabric):
+                changes.append(f"made bridges {' '.join(list(netns_links(self.name, 0).values())[:2])}")
+            if self.ensure_apt_proxy(host_mgmt):
+                changes.append(f"started apt-cacher-ng on {host_mgmt}:{APT_PROXY_PORT}")
+        else:
+            removed = self.remove_netns_network() if shutil.which("ip") else []
+            if removed:
+                changes.append(f"removed {' '.join(removed)}")
+
         # Check every address we are about to bind before starting anything.
         for name, node in wanted.items():
-            if name in existing and existing[name]["running"]:
+            if netns or (name in existing and existing[name]["running"]):
                 continue
             if address_in_use(node["address"], port):
                 raise ClusterError(
@@ -551,13 +817,19 @@ class Cluster:
             elif not existing[name]["running"]:
                 run(["docker", "start", name])
                 changes.append(f"started {name}")
+            if netns and self.plumb(name, node):
+                changes.append(f"plumbed {name}: {MGMT_IFACE} {node['address']}, {FABRIC_IFACE} {node['fabric']}")
 
         known = []
         for name, node in wanted.items():
             wait_for_sshd(node["address"], port)
             self.admit_controller(name, key)
             keys = run(["docker", "exec", name, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub"]).stdout
-            known += known_hosts_lines(node["address"], port, keys.strip().splitlines())
+            # The controller reaches a netns node at both: Ansible on the management address, rsync of the
+            # data on the fabric one (cluster_data_host).
+            for address in (node["address"], node.get("fabric")):
+                if address:
+                    known += known_hosts_lines(address, port, keys.strip().splitlines())
 
         known_file = self.state_dir / "known_hosts"
         if write_if_changed(known_file, "\n".join(known) + "\n"):
@@ -568,22 +840,38 @@ class Cluster:
         for change in changes:
             print(change)
         print(backend_line)
-        print(f"cluster {self.name} up: {count} nodes ({nodes[0]['address']}..{nodes[-1]['address']}, "
+        layout = (f"network netns: management {nodes[0]['address']}..{nodes[-1]['address']} ({MGMT_IFACE}), "
+                  f"fabric {nodes[0]['fabric']}..{nodes[-1]['fabric']} ({FABRIC_IFACE})" if netns
+                  else f"{nodes[0]['address']}..{nodes[-1]['address']}")
+        print(f"cluster {self.name} up: {count} nodes ({layout}, "
               f"port {port}), {'changed' if changes else 'unchanged'}; inventory "
               f"{self.inventory_dir.relative_to(ROOT)}")
 
     def create_node(self, name, node, port, ref):
-        run([
+        """A node container; one with a 'fabric' address gets a namespace of its own (plumb() wires it)."""
+        netns = "fabric" in node
+        argv = [
             "docker", "run", "-d", "--name", name, "--hostname", node["name"],
-            "--network", "host", "--init",
+            "--network", "none" if netns else "host", "--init",
             "--label", self.label,
             "--label", f"{LABEL}.address={node['address']}",
             "--label", f"{LABEL}.ssh-port={port}",
             "--label", f"{LABEL}.shared={self.shared_dir}",
             "--volume", f"{self.shared_dir}:/shared",
             "-e", f"NODE_ADDRESS={node['address']}", "-e", f"NODE_SSH_PORT={port}",
-            ref,
-        ])
+        ]
+        if netns:
+            host_mgmt = str(ipaddress.IPv4Network(f"{node['address']}/24", strict=False)[HOST_OCTET])
+            argv += [
+                "--label", f"{LABEL}.network=netns",
+                "--label", f"{LABEL}.fabric={node['fabric']}",
+                "-e", f"NODE_FABRIC_ADDRESS={node['fabric']}",
+                "-e", f"NODE_APT_PROXY=http://{host_mgmt}:{APT_PROXY_PORT}",
+                ref, "/bin/sh", "-c", NETNS_INIT,
+            ]
+        else:
+            argv.append(ref)
+        run(argv)
 
     def admit_controller(self, name, key):
         """The controller's key for root, as an OS installer would leave it."""
@@ -605,7 +893,12 @@ class Cluster:
         file is left as it is, so Ansible refuses the node until its new key is compared and accepted."""
         name, info = self.node_container(node_name)
         run(["docker", "rm", "-f", "-v", name])
-        self.create_node(name, {"name": node_name, "address": info["address"]}, info["port"], info["image"])
+        node = {"name": node_name, "address": info["address"]}
+        if info["network"] == "netns":
+            node["fabric"] = info["fabric"]
+        self.create_node(name, node, info["port"], info["image"])
+        if "fabric" in node:
+            self.plumb(name, node)
         wait_for_sshd(info["address"], int(info["port"]))
         self.admit_controller(name, self.controller_key())
         print(f"rebuilt {node_name}: a new disk and new host keys at {info['address']}:{info['port']}. "
@@ -626,6 +919,9 @@ class Cluster:
             if names:
                 run(["docker", "rm", "-f", "-v", *names])
                 print(f"removed {' '.join(names)}")
+        removed = self.remove_netns_network() if shutil.which("ip") else []
+        if removed:
+            print(f"removed {' '.join(removed)}")
         stop_engine_if_ours()
         (self.inventory_dir / "hosts.yml").unlink(missing_ok=True)
         (self.state_dir / "known_hosts").unlink(missing_ok=True)
@@ -655,6 +951,10 @@ def main(argv=None):
     up_parser.add_argument("--ssh-port", type=int, default=22)
     up_parser.add_argument("--backend", default=os.environ.get("BACKEND") or "auto",
                            help="cntk, numpy, or auto: cntk when its Python can be had (default)")
+    up_parser.add_argument("--network", choices=NETWORKS, default=os.environ.get("NETWORK") or "loopback",
+                           help="loopback: every node on this machine's stack at its own 127.x address (default); "
+                                "netns: a namespace per node with a management NIC (mgmt0) and a fabric NIC (fab0) "
+                                "on two host bridges")
     up_parser.add_argument("--suite", choices=sorted(NODE_SUITES), default=os.environ.get("SUITE") or NODE_SUITE,
                            help=f"the Debian release of the nodes (default {NODE_SUITE}: Debian "
                                 f"{NODE_SUITES[NODE_SUITE]})")
@@ -672,7 +972,7 @@ def main(argv=None):
     try:
         cluster = Cluster(args.name, getattr(args, "first_address", FIRST_ADDRESS))
         if args.command == "up":
-            cluster.up(args.nodes, args.ssh_port, args.backend, args.suite)
+            cluster.up(args.nodes, args.ssh_port, args.backend, args.suite, args.network)
         elif args.command == "down":
             cluster.down()
         elif args.command == "rebuild":

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from cluster_inventory import cluster_inventory_problems
+from cluster_inventory import cluster_inventory_problems, mpi_interface_problem
 
 CLUSTER = {"cluster_name": "rack1", "cluster_training_user": "cntk", "cluster_training_uid": 2000,
            "cluster_mpi_interface": "eth1", "cluster_slots": 2}
@@ -135,3 +135,39 @@ def test_openmpi_standin_only_when_asked_by_name():
 def test_openmpi_standin_needs_the_cntk_backend():
     [problem] = problems(*inventory(gpu01={"cluster_backend": "numpy", "cluster_openmpi_standin": True}))
     assert "cluster_backend='numpy'" in problem and "set cluster_backend: cntk" in problem
+
+
+# A netns node's facts, as `setup` (gather_subset min,interfaces) gives them.
+NETNS_FACTS = {
+    "interfaces": ["mgmt0", "lo", "fab0"],
+    "lo": {"device": "lo", "ipv4": {"address": "127.0.0.1", "netmask": "255.0.0.0"}},
+    "mgmt0": {"device": "mgmt0", "ipv4": {"address": "10.147.0.1", "netmask": "255.255.255.0"}},
+    "fab0": {"device": "fab0", "ipv4": {"address": "10.147.1.1", "netmask": "255.255.255.0"},
+             "ipv4_secondaries": [{"address": "10.99.0.1", "netmask": "255.255.0.0"}]},
+}
+
+
+def test_mpi_interface_holding_the_cluster_address_is_sound():
+    assert mpi_interface_problem(NETNS_FACTS, "fab0", "10.147.1.1", "node1") == ""
+    assert mpi_interface_problem(NETNS_FACTS, "fab0", "10.99.3.4", "node1") == ""   # a secondary address's network
+
+
+def test_loopback_layout_address_lies_on_lo():
+    facts = {"interfaces": ["lo", "eth0"], "lo": NETNS_FACTS["lo"]}
+    assert mpi_interface_problem(facts, "lo", "127.0.0.11", "node1") == ""
+
+
+def test_missing_mpi_interface_names_host_value_and_what_the_node_has():
+    problem = mpi_interface_problem(NETNS_FACTS, "eth9", "10.147.1.1", "node1")
+    assert problem.startswith("node1 has no interface eth9 (cluster_mpi_interface); it has fab0, lo, mgmt0.")
+
+
+def test_mpi_interface_that_does_not_hold_the_address_names_the_one_that_does():
+    problem = mpi_interface_problem(NETNS_FACTS, "mgmt0", "10.147.1.1", "node1")
+    assert "node1: cluster_address 10.147.1.1 is not on mgmt0 (cluster_mpi_interface, 10.147.0.1/24)" in problem
+    assert "it is on fab0" in problem
+
+
+def test_address_or_interface_without_facts_is_left_to_other_checks():
+    assert mpi_interface_problem(NETNS_FACTS, "fab0", "node1.example", "node1") == ""
+    assert mpi_interface_problem({"interfaces": ["ib0"]}, "ib0", "10.0.0.1", "node1") == ""

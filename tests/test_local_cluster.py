@@ -191,3 +191,66 @@ def test_a_killed_nodes_closed_connections_do_not_hold_its_address():
         client.recv(1)
         client.close()
     assert lc.address_in_use(address, port) is False
+
+
+def test_netns_link_names_fit_linux_and_stay_apart_per_cluster():
+    short = lc.netns_links("nsdev", 2)
+    assert short == {"mgmt_bridge": "cm-nsdev", "fabric_bridge": "cf-nsdev",
+                     "veths": [("mnsdev-1", "fnsdev-1"), ("mnsdev-2", "fnsdev-2")]}
+    long_a = lc.netns_links("a-very-long-cluster-name", lc.MAX_NODES)
+    long_b = lc.netns_links("a-very-long-cluster-other", lc.MAX_NODES)
+    names = [long_a["mgmt_bridge"], long_a["fabric_bridge"], *[n for pair in long_a["veths"] for n in pair]]
+    assert max(len(name) for name in names) <= 15
+    assert len(set(names)) == len(names)
+    assert long_a["mgmt_bridge"] != long_b["mgmt_bridge"]
+
+
+def test_netns_nodes_get_a_management_and_a_fabric_address_the_host_254():
+    nodes, host_mgmt, host_fabric = lc.netns_nodes(2, "nsdev")
+    mgmt, fabric = lc.netns_subnets("nsdev")
+    assert [n["name"] for n in nodes] == ["node1", "node2"]
+    assert [n["address"] for n in nodes] == [str(mgmt[1]), str(mgmt[2])]
+    assert [n["fabric"] for n in nodes] == [str(fabric[1]), str(fabric[2])]
+    assert (host_mgmt, host_fabric) == (str(mgmt[254]), str(fabric[254]))
+    assert mgmt.is_private and fabric.is_private and not mgmt.overlaps(fabric)
+    with pytest.raises(lc.ClusterError, match="--nodes"):
+        lc.netns_nodes(lc.MAX_NODES + 1, "nsdev")
+
+
+def test_netns_networks_never_shadow_a_route_of_the_host():
+    mgmt, _ = lc.netns_subnets("nsdev", ["192.0.2.0/24"])
+    with pytest.raises(lc.ClusterError, match="overlap this machine's route 10.0.0.0/8"):
+        lc.netns_subnets("nsdev", ["192.0.2.0/24", "10.0.0.0/8"])
+    with pytest.raises(lc.ClusterError, match="choose another --name"):
+        lc.netns_subnets("nsdev", [str(mgmt)])
+
+
+def test_netns_inventory_reaches_nodes_on_management_and_runs_mpi_on_the_fabric(tmp_path):
+    nodes, _, _ = lc.netns_nodes(2, "nsdev")
+    text = lc.render_inventory(nodes, 22, tmp_path / "key", tmp_path / "known_hosts", tmp_path / "secrets")
+    hosts = yaml.safe_load(text)["all"]["children"]["cluster"]["children"]["training"]["hosts"]
+    assert hosts["node1"] == {"ansible_host": nodes[0]["address"], "cluster_address": nodes[0]["fabric"],
+                              "cluster_data_host": nodes[0]["fabric"], "cluster_mpi_interface": "fab0"}
+
+
+def test_interface_bytes_reads_ip_json_counters():
+    shown = ('[{"ifname": "lo", "stats64": {"rx": {"bytes": 10}, "tx": {"bytes": 11}}},'
+             ' {"ifname": "fab0", "stats64": {"rx": {"bytes": 2500000}, "tx": {"bytes": 2400000}}},'
+             ' {"ifname": "tunl0"}]')
+    assert lc.interface_bytes(shown) == {"lo": (10, 11), "fab0": (2500000, 2400000)}
+
+
+def test_apt_proxy_listens_on_the_management_bridge_only_and_keeps_its_cache_in_the_state_dir(tmp_path):
+    config = lc.apt_proxy_config(tmp_path, "10.147.0.254")
+    assert f"CacheDir: {tmp_path}/cache" in config
+    assert "BindAddress: 10.147.0.254\n" in config
+    assert "Port: 3142" in config
+    # No Remap: the proxy fetches what the node's sources name (the machine's own mirror).
+    assert "Remap" not in config
+
+
+def test_netns_node_init_listens_on_both_networks_and_sends_apt_through_the_proxy():
+    assert 'ListenAddress %s:%s\\nListenAddress %s:%s' in lc.NETNS_INIT
+    assert "Acquire::http::Proxy" in lc.NETNS_INIT
+    # Its own namespace: ssh leaves from the address the route gives, no BindAddress.
+    assert "BindAddress" not in lc.NETNS_INIT

@@ -47,6 +47,14 @@ def ssh_command_for(hostvars_of_host):
     return " ".join(shlex.quote(part) for part in cmd)
 
 
+def rsync_remote_for(hostvars_of_host):
+    """user@host where the controller's rsync reaches a node: its cluster_data_host when set (the node's
+    address on a data network the controller is on too), else ansible_host, as Ansible connects."""
+    hv = hostvars_of_host
+    host = hv.get("cluster_data_host") or hv.get("ansible_host") or hv.get("inventory_hostname")
+    return f"{hv.get('ansible_user') or 'root'}@{host}"
+
+
 def rsync_path_for(hostvars_of_host, user):
     """rsync's --rsync-path that runs the node's end as `user`: runuser when Ansible logs in as root,
     sudo otherwise (root never reads or writes the user's folders for it)."""
@@ -61,4 +69,5 @@ class FilterModule:
             "cluster_ranks_of": cluster_ranks_of,
             "ssh_command_for": ssh_command_for,
             "rsync_path_for": rsync_path_for,
+            "rsync_remote_for": rsync_remote_for,
         }

@@ -3,6 +3,11 @@
 `cluster_inventory_problems(hostvars, groups)` returns one message per
 problem, each naming the host, the value and the fix; an empty list means the
 inventory is sound. It reads the inventory only and changes nothing.
+
+`ansible_facts | mpi_interface_problem(interface, address, host)` checks one
+node's facts: cluster_mpi_interface must be one of its interfaces and hold
+its cluster_address (else MPI would leave by another network than the one
+the nodes' names resolve to); '' when sound.
 """
 
 import ipaddress
@@ -170,6 +175,46 @@ def cluster_inventory_problems(hostvars, groups):
     return problems
 
 
+def _interface_networks(facts, interface):
+    """The IPv4 networks (address/prefix) of one interface in a node's facts, or None without address facts."""
+    data = facts.get(interface.replace("-", "_").replace(".", "_"))
+    if not isinstance(data, dict) or not isinstance(data.get("ipv4"), dict):
+        return None
+    entries = [data["ipv4"]] + [entry for entry in data.get("ipv4_secondaries", []) if isinstance(entry, dict)]
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_interface(f"{entry['address']}/{entry['netmask']}"))
+        except (KeyError, ValueError):
+            continue
+    return networks
+
+
+def mpi_interface_problem(facts, interface, address, host):
+    """'' when the node has `interface` and `address` lies on it (one of its IPv4 networks), else one message
+    naming the host, the value, what the node has and the fix. An address that is not an IP, or an interface
+    without IPv4 facts, is left to the other checks."""
+    interfaces = sorted(str(name) for name in facts.get("interfaces") or [])
+    if interface not in interfaces:
+        return (f"{host} has no interface {interface} (cluster_mpi_interface); it has {', '.join(interfaces)}. "
+                "Set cluster_mpi_interface to the interface of the MPI network.")
+    try:
+        wanted = ipaddress.ip_address(str(address))
+    except ValueError:
+        return ""
+    networks = _interface_networks(facts, interface)
+    if not networks or any(wanted in net.network for net in networks):
+        return ""
+    holders = [name for name in interfaces if name != interface
+               and any(wanted in net.network for net in _interface_networks(facts, name) or [])]
+    where = f"it is on {', '.join(holders)}" if holders else "no interface of the node holds it"
+    return (f"{host}: cluster_address {address} is not on {interface} (cluster_mpi_interface, "
+            f"{', '.join(str(net) for net in networks)}); {where}. MPI would use one network and the nodes' "
+            "names another: set cluster_mpi_interface to the interface of the MPI network, or cluster_address "
+            f"to the node's address on {interface}.")
+
+
 class FilterModule:
     def filters(self):
-        return {"cluster_inventory_problems": cluster_inventory_problems}
+        return {"cluster_inventory_problems": cluster_inventory_problems,
+                "mpi_interface_problem": mpi_interface_problem}
