@@ -145,14 +145,6 @@ def test_each_node_holds_only_its_ranks_shards(cluster):
         assert on_node(node, "stat -c %U /srv/cntk/data/digits/" + expected[0]).strip() == "cntk"
 
 
-def test_second_site_run_changes_nothing_and_trains_nothing(cluster):
-    result = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
-                            text=True, env=playbook_env(), cwd=ROOT, timeout=900)
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), recap(result.stdout)
-    assert "is up to date" in result.stdout
-
-
 def test_second_data_run_moves_no_bytes(cluster):
     result = ansible_playbook("data.yml")
     assert all(counts["changed"] == 0 for counts in recap(result.stdout).values())
