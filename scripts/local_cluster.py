@@ -715,12 +715,16 @@ class Cluster:
             self.stop_apt_proxy()
         if shutil.which("apt-cacher-ng") is None:
             apt_install("apt-cacher-ng")
-            # On a host run by systemd the package starts its own service on every interface: this tool
-            # runs its own instance, on the bridge only, so the system's is stopped and left disabled.
+            # The package may start its own service, on every interface (unless policy-rc.d forbids it, as in
+            # containers): this tool runs its own instance, on the bridge only, so the system's is stopped and
+            # left disabled.
             if Path("/run/systemd/system").is_dir():
                 run(["systemctl", "disable", "--now", "apt-cacher-ng"], check=False)
-                print("apt-cacher-ng: the package's own service is stopped and disabled; this tool runs one "
-                      "per cluster, on its management bridge only")
+            elif Path("/etc/init.d/apt-cacher-ng").exists():
+                run(["/etc/init.d/apt-cacher-ng", "stop"], check=False)
+                run(["update-rc.d", "apt-cacher-ng", "disable"], check=False)
+            print("apt-cacher-ng: the package's own service is stopped and disabled; this tool runs one per "
+                  "cluster, on its management bridge only")
         log = open(state / "log" / "stdout.log", "ab")
         proc = subprocess.Popen(["apt-cacher-ng", "-c", str(state)], stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
