@@ -223,11 +223,11 @@ def main():
              "The starting figures were measured before this work (quoted); the figures now come from "
              "`bench/results/*.json` as `make bench` last wrote them, each with its date and the load average "
              "when it ran. These machines have 2 shared cores: compare within a row's run, not across rows. "
-             "\"What bounds it\", for a goal not met: a figure measured in the same run as the one it bounds, which "
-             "that goal cannot beat on this machine: Ansible's floor (as many `ping` tasks as a host ran, over the "
-             "same nodes with the same command line and ansible.cfg: Ansible's own per-task cost, "
-             "bench/ansible_floor.py), or for the training ranks the machine's ceiling (as many independent copies "
-             "of the 1-rank job at once, each on its own core, without MPI).", "",
+             "\"What bounds it\", for a goal not met: a figure measured in the same run as the one it bounds, "
+             "Ansible's floor (as many `ping` tasks as a host ran, over the same nodes with the same command line and "
+             "ansible.cfg: Ansible's own per-task cost, bench/ansible_floor.py), or for the training ranks the "
+             "machine's ceiling (as many independent copies of the 1-rank job at once, each on its own core, without "
+             "MPI); a goal beyond its bound cannot be met on this machine by changing the project's tasks.", "",
              "| what | started at | now | goal | | what bounds it |", "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {' | '.join(row)} |" for row in rows]
     (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
