@@ -159,9 +159,13 @@ def run_together(commands, logs, env, timeout=600):
     start = time.monotonic()
     procs = []
     for cmd, log in zip(commands, logs):
+        # A session folder of its own for each mpirun: two started at once race to make /tmp/ompi.<host>.<uid>
+        # ("File exists", orte_init failed).
+        session = Path(f"{log}.tmp")
+        session.mkdir(exist_ok=True)
         with open(log, "w") as out:
             procs.append(subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                          env=env))
+                                          env=dict(env, TMPDIR=str(session))))
     walls = []
     for cmd, log, proc in zip(commands, logs, procs):
         try:
