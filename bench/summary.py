@@ -64,7 +64,7 @@ def site_rows():
         bound = "not measured"
         if "floor_s" in now:
             bound = (f"Ansible's floor: {now['floor_tasks']} `ping` tasks (as many as a host ran) over the same nodes "
-                     f"and ansible.cfg, {now['floor_s']} s, {'above' if now['floor_s'] > SITE_GOAL_S else 'below'} "
+                     f"and ansible.cfg, {now['floor_s']} s, {above_or_below(now['floor_s'], SITE_GOAL_S)} "
                      f"the goal; site.yml is {now['second_to_floor_ratio']}x it")
         rows.append(("converged `site.yml`, 4 nodes, changed=0", "39.5 s (median of 3)",
                      f"{now['site_second_s']} s, changed={now['site_second_changed']} ({cluster['date']})",

@@ -8,6 +8,7 @@ Ansible's own traffic; a cluster_mpi_interface that is missing, or that does not
 cluster_address, is refused at preflight; a second site.yml changes nothing and trains nothing.
 """
 
+import ipaddress
 import json
 import os
 import re
@@ -109,8 +110,8 @@ def test_inventory_reaches_nodes_on_management_and_names_the_fabric_nic(cluster)
     management, fabric = local_cluster.netns_subnets(NAME)
     for node, hv in hosts.items():
         assert hv["cluster_mpi_interface"] == "fab0"
-        assert local_cluster.ipaddress.ip_address(hv["ansible_host"]) in management
-        assert local_cluster.ipaddress.ip_address(hv["cluster_address"]) in fabric
+        assert ipaddress.ip_address(hv["ansible_host"]) in management
+        assert ipaddress.ip_address(hv["cluster_address"]) in fabric
         assert hv["cluster_data_host"] == hv["cluster_address"]
     # MPI's interface settings and the hostfile's names resolve to the fabric.
     mca = cluster_helpers.node_shell(NAME, "node1", "cat /etc/openmpi/openmpi-mca-params.conf").stdout
