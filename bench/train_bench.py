@@ -41,7 +41,17 @@ data, arguments and one-thread env. The sum of their samples/s over the
 1-rank samples/s of the same round (median over rounds) is what W cores give
 this job with no MPI at all; W ranks near it are bound by the cores, W ranks
 well below it by MPI and the ranks' synchronisation. Each copy's log dates
-its training loop, so the JSON keeps how long all W loops ran together.
+its training loop, so the JSON keeps how long all W loops ran together. The
+copies run twice: at the global minibatch (the 1-rank job as it is), and at
+the W ranks' local minibatch (global / W, the rows each rank computes a
+step), so that the W ranks' gap to the ceiling splits into the smaller
+local batch, the Allreduce (numpy: its exposed share of the step) and the
+rest (the ranks' lockstep: every step waits for the slower rank).
+
+The numpy backend's W-rank rows run twice too: --allreduce overlap (the
+default: the output layer's gradient goes out in a non-blocking Allreduce
+while the hidden layer's is computed) and --allreduce blocking, in the same
+rounds, so the table says how much of the Allreduce the overlap hid.
 
 Writes bench/results/<name>.json (every run, the medians, the machine, the
 date) and bench/results/<name>.md (the tables and what they mean).
@@ -212,6 +222,8 @@ def main():
     parser.add_argument("--minibatches", type=int_list, default=list(MINIBATCHES))
     parser.add_argument("--hidden", type=int, default=64, help="hidden units of the mlp (training/train.py's default)")
     parser.add_argument("--name", default="train", help="bench/results/<name>.json and .md")
+    parser.add_argument("--no-blocking", action="store_true",
+                        help="skip the numpy backend's --allreduce blocking runs beside the default overlap")
     parser.add_argument("--render", action="store_true",
                         help="only rewrite bench/results/<name>.md from bench/results/<name>.json")
     args = parser.parse_args()
@@ -248,6 +260,7 @@ def main():
     copy_widths = [w for w in ranks_list if 1 < w <= min(cores, len(cpus))]
     copy_groups = []
     runs = []
+    blocking_runs = []
     versions = {}
     bench_start = time.monotonic()
     load_start = loadavg()
@@ -261,17 +274,28 @@ def main():
             run([PYTHON, "scripts/shard_dataset.py", "--source", tmp / "train.ctf",
                  "--ranks", str(ranks), "--out", shards[ranks]])
 
-        def job(backend, model, mb, ranks, tag, placement=()):
-            """The mpirun command line of one run; `placement` adds mpirun's own options (a copy's core)."""
+        def job(backend, model, mb, ranks, tag, placement=(), extra=()):
+            """The mpirun command line of one run; `placement` adds mpirun's own options (a copy's core),
+            `extra` train.py's."""
             return [MPIRUN, *MPI_FLAGS, *placement, *exported, "-np", str(ranks),
                     pythons[backend], "training/train.py", "--backend", backend,
                     "--data-dir", shards[ranks], "--test-file", tmp / "test.ctf",
                     "--output-dir", tmp / "out" / tag, "--checkpoint-dir", tmp / "ck" / tag,
                     "--model", model, "--hidden", str(args.hidden), "--epochs", str(args.epochs),
                     "--minibatch", str(mb), "--lr", str(LR),
-                    "--progress-every", str(PROGRESS_EVERY)]
+                    "--progress-every", str(PROGRESS_EVERY), *extra]
 
-        total = args.repeat * len(configs) * (len(ranks_list) + len(copy_widths)) * len(args.backends)
+        def copy_batches(mb, copies):
+            """The copies' minibatches: the global one, and the W ranks' local one where it differs."""
+            return [("global", mb)] + ([("local", mb // copies)] if mb // copies not in (0, mb) else [])
+
+        def blocking_here(backend, ranks):
+            return backend == "numpy" and ranks > 1 and not args.no_blocking
+
+        total = args.repeat * sum(
+            sum(1 + blocking_here(backend, ranks) for ranks in ranks_list)
+            + sum(len(copy_batches(mb, copies)) for copies in copy_widths)
+            for _, mb in configs for backend in args.backends)
         for repeat in range(1, args.repeat + 1):
             for model, mb in configs:
                 for ranks in ranks_list:
@@ -293,37 +317,53 @@ def main():
                         runs.append(record)
                         versions[backend] = summary.get("versions", {})
                         share = record["allreduce_share"]
-                        print(f"[{len(runs) + len(copy_groups)}/{total}] {tag}: "
+                        print(f"[{len(runs) + len(blocking_runs) + len(copy_groups)}/{total}] {tag}: "
                               f"{record['samples_per_sec']:,.0f} samples/s, "
                               f"allreduce {'n/a' if share is None else format(share, '.0%')}, "
                               f"acc {record['test_accuracy']:.3f}, wall {wall:.1f} s", flush=True)
+                        if blocking_here(backend, ranks):
+                            btag = tag + "-blocking"
+                            wall, _ = run([str(c) for c in job(backend, model, mb, ranks, btag,
+                                                               extra=("--allreduce", "blocking"))], env=env)
+                            summary = json.loads((tmp / "out" / btag / "summary.json").read_text())
+                            blocking_runs.append(dict(
+                                record, samples_per_sec=summary["samples_per_sec"],
+                                allreduce_share=summary["allreduce_share"],
+                                test_accuracy=summary["test_accuracy"], seconds=summary["seconds"],
+                                wall_seconds=round(wall, 3)))
+                            print(f"[{len(runs) + len(blocking_runs) + len(copy_groups)}/{total}] {btag}: "
+                                  f"{summary['samples_per_sec']:,.0f} samples/s, allreduce "
+                                  f"{summary['allreduce_share']:.0%}", flush=True)
                 for copies in copy_widths:
                     for backend in args.backends:
-                        tag = f"{backend}-{model}-mb{mb}-copies{copies}-r{repeat}"
-                        tags = [f"{tag}-c{index}" for index in range(copies)]
-                        logs = [tmp / f"{copy_tag}.log" for copy_tag in tags]
-                        # Copy i on core i, as mpirun binds rank i of a W-rank job (and rank 0 of a 1-rank job).
-                        commands = [job(backend, model, mb, 1, copy_tag,
-                                        ("--cpu-set", str(cpus[index]), "--bind-to", "core"))
-                                    for index, copy_tag in enumerate(tags)]
-                        walls = run_together(commands, logs, env)
-                        group = []
-                        for index, copy_tag in enumerate(tags):
-                            summary = json.loads((tmp / "out" / copy_tag / "summary.json").read_text())
-                            group.append({"samples_per_sec": summary["samples_per_sec"],
-                                          "test_accuracy": summary["test_accuracy"],
-                                          "seconds": summary["seconds"], "wall_seconds": round(walls[index], 3)})
-                        windows = [loop_window(log.read_text()) for log in logs]
-                        together = overlap_share(windows)
-                        copy_groups.append({
-                            "backend": backend, "model": model, "minibatch": mb, "copies": copies,
-                            "repeat": repeat, "cpus": [cpus[index] for index in range(copies)],
-                            "samples_per_sec_sum": sum(c["samples_per_sec"] for c in group),
-                            "loops_together_share": together, "runs": group})
-                        print(f"[{len(runs) + len(copy_groups)}/{total}] {tag}: "
-                              + " + ".join(f"{c['samples_per_sec']:,.0f}" for c in group)
-                              + f" samples/s, loops together "
-                              f"{'n/a' if together is None else format(together, '.0%')}", flush=True)
+                        for batch, copy_mb in copy_batches(mb, copies):
+                            tag = f"{backend}-{model}-mb{mb}-copies{copies}-{batch}-r{repeat}"
+                            tags = [f"{tag}-c{index}" for index in range(copies)]
+                            logs = [tmp / f"{copy_tag}.log" for copy_tag in tags]
+                            # Copy i on core i, as mpirun binds rank i of a W-rank job (and rank 0 of a 1-rank job).
+                            commands = [job(backend, model, copy_mb, 1, copy_tag,
+                                            ("--cpu-set", str(cpus[index]), "--bind-to", "core"))
+                                        for index, copy_tag in enumerate(tags)]
+                            walls = run_together(commands, logs, env)
+                            group = []
+                            for index, copy_tag in enumerate(tags):
+                                summary = json.loads((tmp / "out" / copy_tag / "summary.json").read_text())
+                                group.append({"samples_per_sec": summary["samples_per_sec"],
+                                              "test_accuracy": summary["test_accuracy"],
+                                              "seconds": summary["seconds"],
+                                              "wall_seconds": round(walls[index], 3)})
+                            windows = [loop_window(log.read_text()) for log in logs]
+                            together = overlap_share(windows)
+                            copy_groups.append({
+                                "backend": backend, "model": model, "minibatch": mb, "copies": copies,
+                                "batch": batch, "copy_minibatch": copy_mb,
+                                "repeat": repeat, "cpus": [cpus[index] for index in range(copies)],
+                                "samples_per_sec_sum": sum(c["samples_per_sec"] for c in group),
+                                "loops_together_share": together, "runs": group})
+                            print(f"[{len(runs) + len(blocking_runs) + len(copy_groups)}/{total}] {tag}: "
+                                  + " + ".join(f"{c['samples_per_sec']:,.0f}" for c in group)
+                                  + f" samples/s, loops together "
+                                  f"{'n/a' if together is None else format(together, '.0%')}", flush=True)
 
     medians = []
     for backend in args.backends:
@@ -365,8 +405,11 @@ def main():
             single = {r["repeat"]: r["samples_per_sec"] for r in runs
                       if (r["backend"], r["model"], r["minibatch"], r["ranks"]) == (backend, model, mb, 1)}
             for copies in copy_widths:
-                groups = [g for g in copy_groups
-                          if (g["backend"], g["model"], g["minibatch"], g["copies"]) == (backend, model, mb, copies)]
+                groups = [g for g in copy_groups if g.get("batch", "global") == "global" and
+                          (g["backend"], g["model"], g["minibatch"], g["copies"]) == (backend, model, mb, copies)]
+                local = [g["samples_per_sec_sum"] / single[g["repeat"]] for g in copy_groups
+                         if g.get("batch") == "local" and (g["backend"], g["model"], g["minibatch"], g["copies"])
+                         == (backend, model, mb, copies)]
                 # Each round's copies against that round's 1-rank run: the same load for both.
                 paired = [g["samples_per_sec_sum"] / single[g["repeat"]] for g in groups]
                 ranks_row = next(r for r in medians if (r["backend"], r["model"], r["minibatch"], r["ranks"])
@@ -382,7 +425,32 @@ def main():
                     "ranks_share_of_ceiling": ranks_row["ratio_vs_1_rank"] / ceiling,
                     # What bounds the W ranks: the cores (near the copies) or MPI (well below them).
                     "bound": "cores" if ranks_row["ratio_vs_1_rank"] / ceiling >= CORES_BOUND_SHARE else "mpi",
+                    # The same copies at the ranks' local minibatch: what the cores give the rows a rank computes.
+                    "local_ceiling_vs_1_rank": statistics.median(local) if local else None,
+                    # The ranks' ratio had their exposed Allreduce taken no time (numpy; cntk cannot see it).
+                    "ranks_without_allreduce": (None if ranks_row["allreduce_share"] is None else
+                                                ranks_row["ratio_vs_1_rank"] / (1 - ranks_row["allreduce_share"])),
                 })
+
+    overlap = []
+    for model, mb in configs:
+        for ranks in ranks_list[1:]:
+            rs = [r for r in blocking_runs if (r["model"], r["minibatch"], r["ranks"]) == (model, mb, ranks)]
+            if not rs:
+                continue
+            row = next(r for r in medians if (r["backend"], r["model"], r["minibatch"], r["ranks"])
+                       == ("numpy", model, mb, ranks))
+            by_repeat = {r["repeat"]: r for r in runs if (r["backend"], r["model"], r["minibatch"], r["ranks"])
+                         == ("numpy", model, mb, ranks)}
+            paired = [by_repeat[r["repeat"]]["samples_per_sec"] / r["samples_per_sec"] for r in rs]
+            overlap.append({
+                "model": model, "minibatch": mb, "ranks": ranks, "oversubscribed": ranks > cores,
+                "blocking_samples_per_sec": median_of(rs, "samples_per_sec"),
+                "blocking_allreduce_share": median_of(rs, "allreduce_share"),
+                "overlap_samples_per_sec": row["samples_per_sec"],
+                "overlap_allreduce_share": row["allreduce_share"],
+                "overlap_vs_blocking": statistics.median(paired), "paired": paired,
+            })
 
     elapsed = time.monotonic() - bench_start
     figures = {
@@ -411,7 +479,9 @@ def main():
         "bench_seconds": round(elapsed, 1),
         "medians": medians,
         "ceilings": ceilings,
+        "overlap": overlap,
         "runs": runs,
+        "blocking_runs": blocking_runs,
         "copy_runs": copy_groups,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -513,8 +583,70 @@ def markdown(f):
                          f"{c['ranks_ratio_vs_1_rank']:.2f} | {c['ceiling_vs_1_rank']:.2f} | "
                          f"{c['ranks_share_of_ceiling']:.0%} | {together} |")
 
+        split = [c for c in ceilings if c.get("local_ceiling_vs_1_rank") is not None]
+        if split:
+            lines += [
+                "",
+                "Where the W ranks' gap to the ceiling goes, all against the same 1-rank run: the copies at the "
+                "global minibatch (the ceiling above); the copies at the ranks' local minibatch (global / W rows "
+                "a step each, what a rank computes); the W ranks as if their exposed Allreduce took no time "
+                "(ratio / (1 - Allreduce share); numpy only); the W ranks. From the second to the third: the ranks' "
+                "lockstep (every step waits for the slower rank) and what a rank does each step beyond the rows; "
+                "from the third to the fourth: the Allreduce.",
+                "",
+                "| backend | model | minibatch | W | copies, global minibatch | copies, local minibatch "
+                "| ranks, Allreduce free | ranks |",
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            ]
+            for c in split:
+                free = "n/a" if c["ranks_without_allreduce"] is None else f"{c['ranks_without_allreduce']:.2f}"
+                lines.append(f"| {c['backend']} | {c['model']} | {c['minibatch']} | {c['copies']} | "
+                             f"{c['ceiling_vs_1_rank']:.2f} | {c['local_ceiling_vs_1_rank']:.2f} | {free} | "
+                             f"{c['ranks_ratio_vs_1_rank']:.2f} |")
+
+    overlap = f.get("overlap") or []
+    if overlap:
+        lines += [
+            "",
+            "The numpy backend's Allreduce, overlapped (`--allreduce overlap`, the default: the output layer's "
+            "gradient goes out in a non-blocking Allreduce while the hidden layer's is computed) against one "
+            "blocking Allreduce of the whole gradient (`--allreduce blocking`), in the same rounds. The Allreduce "
+            "share counts only the time a rank waits for it after its compute.",
+            "",
+            "| model | minibatch | ranks | blocking: samples/s | Allreduce share | overlap: samples/s "
+            "| Allreduce share | overlap / blocking |",
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for o in overlap:
+            lines.append(f"| {o['model']} | {o['minibatch']} | {ranks_label(o, cores)} | "
+                         f"{o['blocking_samples_per_sec']:,.0f} | {o['blocking_allreduce_share']:.0%} | "
+                         f"{o['overlap_samples_per_sec']:,.0f} | {o['overlap_allreduce_share']:.0%} | "
+                         f"{o['overlap_vs_blocking']:.2f} |")
+
     lines += ["", "What it means: " + verdict(f), ""]
     return "\n".join(lines)
+
+
+def gap_reading(c):
+    """The W ranks' gap to the ceiling, split by the measured intermediate figures."""
+    if c.get("local_ceiling_vs_1_rank") is None:
+        return ""
+    text = (f" Split: copies at the ranks' local minibatch {c['local_ceiling_vs_1_rank']:.2f}x "
+            f"(at the global one {c['ceiling_vs_1_rank']:.2f}x)")
+    if c.get("ranks_without_allreduce") is not None:
+        text += (f"; the ranks with a free Allreduce {c['ranks_without_allreduce']:.2f}x. The lockstep and a "
+                 f"rank's per-step work beyond its rows account for {c['local_ceiling_vs_1_rank']:.2f}x against "
+                 f"{c['ranks_without_allreduce']:.2f}x, the Allreduce for {c['ranks_without_allreduce']:.2f}x "
+                 f"against {c['ranks_ratio_vs_1_rank']:.2f}x")
+    return text + "."
+
+
+def overlap_reading(o):
+    hidden = o["blocking_allreduce_share"] - o["overlap_allreduce_share"]
+    return (f"numpy, {o['model']}/{o['minibatch']} at {o['ranks']} ranks: the overlap took the exposed Allreduce "
+            f"from {o['blocking_allreduce_share']:.0%} to {o['overlap_allreduce_share']:.0%} of a step "
+            f"({hidden:+.0%} of a step {'hidden' if hidden > 0 else 'gained'}), and ran at "
+            f"{o['overlap_vs_blocking']:.2f}x the blocking Allreduce's samples/s.")
 
 
 def ceiling_reading(c):
@@ -578,7 +710,9 @@ def verdict(f):
                          f"{len(s['models']) * len(s['ranks'])} model/rank pairs (fewer steps per sample, so less "
                          "per-step overhead).")
     for ceiling in f.get("ceilings") or []:
-        parts.append(ceiling_reading(ceiling))
+        parts.append(ceiling_reading(ceiling) + gap_reading(ceiling))
+    for o in f.get("overlap") or []:
+        parts.append(overlap_reading(o))
     cntk_rows = [r for r in f["medians"] if "ratio_vs_numpy" in r]
     if cntk_rows:
         single = [r["ratio_vs_numpy"] for r in cntk_rows if r["ranks"] == 1]

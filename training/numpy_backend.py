@@ -1,10 +1,13 @@
 """The numpy + mpi4py reference backend: data-parallel SGD with MPI Allreduce.
 
-Every rank holds the same weights, computes the mean cross-entropy gradient
-on its part of the global minibatch, and one Allreduce per step turns the
-ranks' parts into the gradient of the whole global minibatch; every rank
-then applies the same update. The model math below is pure numpy, so it is
-tested without MPI.
+Every rank holds the same weights, computes the summed cross-entropy
+gradient of its part of the global minibatch, and an Allreduce SUM per step
+turns the ranks' parts into the gradient of the whole global minibatch;
+every rank then applies the same update. With --allreduce overlap (the
+default) the output layer's gradient is sent with a non-blocking Allreduce
+as soon as backpropagation has it, while the hidden layer's gradient is
+still being computed. The model math below is pure numpy, so it is tested
+without MPI.
 """
 
 import os
@@ -78,60 +81,89 @@ class Model(object):
         hidden = np.maximum(X @ p["W1"] + p["b1"], 0.0)
         return hidden @ p["W2"] + p["b2"]
 
+    @property
+    def tail_start(self):
+        """Where the parameters of the output layer start in theta: the mlp
+        backpropagates into them first, so contribution() finishes
+        [tail_start:] before the rest."""
+        return 0 if self.kind == "softmax" else self.features * self.hidden + self.hidden
+
+    def contribution(self, theta, X, Y, out, on_tail=None):
+        """Write into out (model.size + 3 floats) what a rank puts into the
+        Allreduce SUM: the cross-entropy gradient summed over the rows of X,
+        then the summed loss, the count of errors and the row count. Summed
+        over ranks these are the totals of the concatenated global batch,
+        however the rows were split (global_mean() turns them into means).
+
+        on_tail(start) is called as soon as out[start:] is final (the output
+        layer's gradient and the three totals), before the hidden layer's
+        gradient is computed; it may return a function, called between the
+        remaining steps, that lets a non-blocking Allreduce of out[start:]
+        progress (Open MPI moves one only inside an MPI call).
+        """
+        p = self.views(theta)
+        g = self.views(out[:self.size])
+        if self.kind == "softmax":
+            Z = X @ p["W"]
+            Z += p["b"]
+            loss, dZ = softmax_cross_entropy(Z, Y)
+            np.matmul(X.T, dZ, out=g["W"])
+            dZ.sum(axis=0, out=g["b"])
+            out[-3:] = (loss, error_count(Z, Y), len(X))
+            if on_tail is not None:
+                on_tail(self.tail_start)
+            return
+        H = X @ p["W1"]
+        H += p["b1"]
+        A = np.maximum(H, 0.0)
+        Z = A @ p["W2"]
+        Z += p["b2"]
+        loss, dZ = softmax_cross_entropy(Z, Y)
+        np.matmul(A.T, dZ, out=g["W2"])
+        dZ.sum(axis=0, out=g["b2"])
+        out[-3:] = (loss, error_count(Z, Y), len(X))
+        progress = (on_tail(self.tail_start) if on_tail is not None else None) or (lambda: None)
+        dH = dZ @ p["W2"].T
+        dH *= H > 0
+        progress()
+        np.matmul(X.T, dH, out=g["W1"])
+        progress()
+        dH.sum(axis=0, out=g["b1"])
+
     def loss_and_gradient(self, theta, X, Y):
         """Mean cross-entropy over the rows of X, its error rate, and its
         gradient with respect to theta (a flat vector shaped like theta)."""
-        p = self.views(theta)
-        gradient = np.zeros_like(theta)
-        g = self.views(gradient)
-        if self.kind == "softmax":
-            Z = X @ p["W"] + p["b"]
-            loss, dZ = softmax_cross_entropy(Z, Y)
-            g["W"][...] = X.T @ dZ
-            g["b"][...] = dZ.sum(axis=0)
-        else:
-            H = X @ p["W1"] + p["b1"]
-            A = np.maximum(H, 0.0)
-            Z = A @ p["W2"] + p["b2"]
-            loss, dZ = softmax_cross_entropy(Z, Y)
-            g["W2"][...] = A.T @ dZ
-            g["b2"][...] = dZ.sum(axis=0)
-            dH = (dZ @ p["W2"].T) * (H > 0)
-            g["W1"][...] = X.T @ dH
-            g["b1"][...] = dH.sum(axis=0)
-        return loss, error_rate(Z, Y), gradient
+        out = np.empty(self.size + 3, dtype=DTYPE)
+        self.contribution(theta, X, Y, out)
+        gradient, loss, error, _ = global_mean(out)
+        return loss, error, gradient
 
     def accuracy(self, theta, X, Y):
         return 1.0 - error_rate(self.logits(theta, X), Y)
 
 
 def softmax_cross_entropy(Z, Y):
-    """Mean cross-entropy of softmax(Z) against Y, and its gradient in Z."""
+    """Cross-entropy of softmax(Z) against Y summed over the rows, and its
+    gradient in Z."""
     shifted = Z - Z.max(axis=1, keepdims=True)
     log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    count = Z.shape[0]
-    loss = -(Y * log_p).sum() / count
-    return loss, (np.exp(log_p) - Y) / count
+    loss = -(Y * log_p).sum()
+    np.exp(log_p, out=log_p)
+    log_p -= Y
+    return loss, log_p
+
+
+def error_count(Z, Y):
+    return int(np.count_nonzero(Z.argmax(axis=1) != Y.argmax(axis=1)))
 
 
 def error_rate(Z, Y):
-    return float(np.mean(Z.argmax(axis=1) != Y.argmax(axis=1)))
-
-
-def local_contribution(gradient, loss, error, count):
-    """What a rank puts into the Allreduce SUM: its mean gradient, loss and
-    error rate each times its sample count, then the count.
-
-    Summed over ranks these are the totals of the concatenated global batch,
-    however the samples were split, so global_mean() gives exactly the
-    global batch's means.
-    """
-    return np.concatenate([gradient * count, [loss * count, error * count, count]])
+    return error_count(Z, Y) / len(Z)
 
 
 def global_mean(summed):
     """(gradient, loss, error rate, sample count) of the global batch from
-    the Allreduce SUM of every rank's local_contribution()."""
+    the Allreduce SUM of every rank's Model.contribution()."""
     count = summed[-1]
     return summed[:-3] / count, summed[-3] / count, summed[-2] / count, int(round(count))
 
@@ -235,7 +267,14 @@ def train(comm, MPI, args, logger):
     steps = steps_per_epoch(comm.allgather(len(X)),
                             [local_batch_size(args.minibatch, ranks, r) for r in range(ranks)])
     metrics = common.MetricsLog(args.output_dir, resumed_at_step=step) if rank == 0 else None
-    summed = np.empty(model.size + 3, dtype=DTYPE)
+    contribution = np.empty(model.size + 3, dtype=DTYPE)
+    summed = np.empty_like(contribution)
+    overlap = args.allreduce == "overlap" and model.tail_start > 0
+    tail = []
+
+    def send_tail(start):
+        tail.append(comm.Iallreduce(contribution[start:], summed[start:], op=MPI.SUM))
+        return tail[-1].Test
 
     run_start = window_start = time.perf_counter()
     run_samples = window_samples = 0
@@ -246,10 +285,15 @@ def train(comm, MPI, args, logger):
         order = epoch_order(args.seed, epoch, rank, len(X))
         for index in range(steps):
             rows = order[index * batch:(index + 1) * batch]
-            local_loss, local_error, local_gradient = model.loss_and_gradient(theta, X[rows], Y[rows])
-            contribution = local_contribution(local_gradient, local_loss, local_error, len(rows))
+            model.contribution(theta, X[rows], Y[rows], contribution, send_tail if overlap else None)
+            # Only the Allreduce time left after the compute is counted: with overlap, what the
+            # hidden layer's gradient covered is not.
             before = time.perf_counter()
-            comm.Allreduce(contribution, summed, op=MPI.SUM)
+            if overlap:
+                comm.Allreduce(contribution[:model.tail_start], summed[:model.tail_start], op=MPI.SUM)
+                tail.pop().Wait()
+            else:
+                comm.Allreduce(contribution, summed, op=MPI.SUM)
             waited = time.perf_counter() - before
             gradient, last_loss, error, count = global_mean(summed)
             theta -= args.lr * gradient

@@ -61,6 +61,10 @@ def build_parser():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--progress-every", type=int, default=10, metavar="STEPS",
                         help="rank 0 records progress every this many steps (cntk: and at the last step)")
+    numpy_group = parser.add_argument_group("numpy backend only")
+    numpy_group.add_argument("--allreduce", choices=("overlap", "blocking"), default="overlap",
+                             help="overlap: send the output layer's gradient while the hidden layer's is "
+                                  "computed (mlp); blocking: one Allreduce after the whole gradient")
     cntk = parser.add_argument_group("cntk backend only")
     cntk.add_argument("--quantization-bits", type=int, default=32,
                       help="gradient bits in the data-parallel learner; below 32 selects 1-bit SGD")

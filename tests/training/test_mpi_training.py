@@ -4,6 +4,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 METRICS_KEYS = {"step", "epoch", "samples", "loss", "metric", "samples_per_sec", "allreduce_share"}
 SUMMARY_KEYS = {"backend", "model", "ranks", "hosts", "versions", "epochs", "samples", "seconds",
@@ -86,6 +87,25 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(digits, digits_sh
         return [(r["step"], r["epoch"], r["samples"], r["loss"], r["metric"])
                 for r in read_metrics(tmp_path / run / "output")]
     assert trajectory("resumed") == trajectory("straight")
+
+
+def test_overlapped_allreduce_trains_the_same_weights_as_one_blocking_allreduce(digits, digits_shards,
+                                                                                 train_numpy, tmp_path):
+    """The output layer's gradient goes out early in its own Iallreduce: the sums, and so the
+    weights, are those of the one Allreduce of the whole gradient (to rounding: Open MPI picks
+    its reduction order by message size)."""
+    shards = digits_shards(3)
+    model = ["--model", "mlp", "--hidden", "32", "--epochs", "3", "--minibatch", "96"]
+    for mode in ("overlap", "blocking"):
+        result = train_numpy(3, *job(shards, digits, tmp_path / mode, "--allreduce", mode, *model))
+        assert result.returncode == 0, result.stdout + result.stderr
+    with np.load(tmp_path / "blocking" / "output" / "model.npz") as expected, \
+            np.load(tmp_path / "overlap" / "output" / "model.npz") as got:
+        for name in ("W1", "b1", "W2", "b2"):
+            np.testing.assert_allclose(got[name], expected[name], rtol=1e-12, atol=1e-14)
+    losses = {mode: json.loads((tmp_path / mode / "output" / "summary.json").read_text())["final_loss"]
+              for mode in ("overlap", "blocking")}
+    assert losses["overlap"] == pytest.approx(losses["blocking"], rel=1e-12)
 
 
 def test_max_samples_stops_every_rank_at_the_same_step(digits, digits_shards, train_numpy, tmp_path):

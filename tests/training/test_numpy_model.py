@@ -51,11 +51,10 @@ def test_rank_average_equals_concatenated_batch(kind, split):
     X, Y = random_batch(sum(split), 6, 4)
     bounds = np.cumsum([0] + split)
 
-    contributions = []
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        loss, error, gradient = model.loss_and_gradient(theta, X[start:end], Y[start:end])
-        contributions.append(nb.local_contribution(gradient, loss, error, end - start))
-    gradient, loss, error, count = nb.global_mean(np.sum(contributions, axis=0))
+    contributions = np.empty((len(split), model.size + 3))
+    for rank, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+        model.contribution(theta, X[start:end], Y[start:end], contributions[rank])
+    gradient, loss, error, count = nb.global_mean(contributions.sum(axis=0))
 
     whole_loss, whole_error, whole_gradient = model.loss_and_gradient(theta, X, Y)
     assert count == len(X)
@@ -171,3 +170,27 @@ def test_command_line_defaults_and_checks():
 def test_runs_under_python_36(name):
     """CNTK's interpreter is CPython 3.6: these files must parse there."""
     ast.parse((TRAINING / name).read_text(), filename=name, feature_version=(3, 6))
+
+
+@pytest.mark.parametrize("kind", ["softmax", "mlp"])
+def test_the_tail_is_final_when_it_is_handed_over(kind):
+    """What on_tail() is told is final must not change afterwards: the
+    overlapped Allreduce sends it while the rest is still computed."""
+    model = nb.Model(kind, features=6, hidden=5, classes=4)
+    theta = model.initial_parameters(seed=1)
+    X, Y = random_batch(9, 6, 4)
+    out = np.full(model.size + 3, np.nan)
+    seen = {}
+    progress_calls = []
+
+    def on_tail(start):
+        seen["start"], seen["tail"] = start, out[start:].copy()
+        return lambda: progress_calls.append(1)
+
+    model.contribution(theta, X, Y, out, on_tail)
+    assert seen["start"] == model.tail_start
+    assert (model.tail_start == 0) == (kind == "softmax")
+    assert np.array_equal(seen["tail"], out[model.tail_start:])
+    assert not np.isnan(out).any()
+    # The mlp's hidden layer is computed after the hand-over, with MPI given a chance to progress.
+    assert len(progress_calls) == (2 if kind == "mlp" else 0)
