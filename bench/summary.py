@@ -126,6 +126,13 @@ def data_rows():
                        f"host ran, same nodes): {project['first_floor_s']} s; data.yml less it "
                        f"{round(project['first_s'] - project['first_floor_s'], 1)} s = {less_floor}x rsync, "
                        f"{above_or_below(less_floor, DATA_VS_RSYNC_GOAL)} the goal")
+        tools = data.get("tools")
+        if tools:
+            # rsync alone neither makes nor checks the shards: the same work with plain tools, same run.
+            first_bound += (f"; rsync does not make or check the shards: shard_dataset.py alone {tools['shard_s']} s "
+                            f"+ rsync {tools['rsync_s']} s + sha256sum on the nodes {tools['node_sha256_s']} s = "
+                            f"{tools['total_s']} s, and data.yml less its floor is "
+                            f"{data['project_less_floor_vs_tools_time']}x that")
         floor_share = data["rerun_floor_vs_first_time"]
         rerun_bound = (f"its floor ({project['rerun_floor_tasks']} `ping` tasks, same nodes): "
                        f"{project['rerun_floor_s']} s = {floor_share} of the first run, "
@@ -186,7 +193,26 @@ def ceiling_bound(train, best):
     return (f"{ceiling['copies']} independent copies of the 1-rank job at once, without MPI (the machine's "
             f"ceiling): {ceiling['ceiling_vs_1_rank']:.2f}x, {side} the goal; {best['ranks']} ranks reach "
             f"{ceiling['ranks_share_of_ceiling']:.0%} of it: {reading}"
-            + ("" if together is None else f" (the copies' loops ran together {together:.0%} of the time)"))
+            + ("" if together is None else f" (the copies' loops ran together {together:.0%} of the time)")
+            + gap_split(train, ceiling))
+
+
+def gap_split(train, ceiling):
+    """Where the ranks' gap to the ceiling goes, and what the overlapped Allreduce hid (train_bench's figures)."""
+    text = ""
+    if ceiling.get("local_ceiling_vs_1_rank") is not None:
+        text += (f"; the copies at the ranks' local minibatch: {ceiling['local_ceiling_vs_1_rank']:.2f}x"
+                 + ("" if ceiling.get("ranks_without_allreduce") is None else
+                    f", the ranks with their Allreduce taken out: {ceiling['ranks_without_allreduce']:.2f}x "
+                    "(the rest of the gap is the ranks' lockstep and per-step work)"))
+    overlap = next((o for o in train.get("overlap") or []
+                    if (o["model"], o["minibatch"], o["ranks"])
+                    == (ceiling["model"], ceiling["minibatch"], ceiling["copies"])), None)
+    if overlap and ceiling["backend"] == "numpy":
+        text += (f"; the overlapped Allreduce: {overlap['overlap_allreduce_share']:.0%} of a step exposed against "
+                 f"{overlap['blocking_allreduce_share']:.0%} blocking, {overlap['overlap_vs_blocking']:.2f}x the "
+                 "blocking samples/s")
+    return text
 
 
 def fanout_rows():
