@@ -21,10 +21,10 @@ role) or, when its source tarballs are in the artifact cache, the pinned
 source build, and Debian's Open MPI as the labelled 1.10 stand-in.
 `--backend auto` (the default) takes cntk when that Python can be had and
 numpy otherwise, saying why; `--backend numpy` the reference backend.
-`--suite trixie` builds Debian 13 nodes instead of Debian 12 (bookworm):
-provisioning, the SSH mesh and the data step converge there, but its Open
-MPI 5 refuses the loopback-only network these nodes share (preflight does
-not list Debian 13 as supported).
+`--suite trixie` builds Debian 13 nodes instead of Debian 12 (bookworm).
+Use it with `--network netns`: its Open MPI 5 refuses the loopback-only
+network the loopback layout's nodes share, and trains on the netns
+layout's fabric NIC (tests/e2e/test_fabric_network.py runs there).
 
 `--network netns` gives every node a network namespace of its own instead
 (`--network none`, then plumbed from here) with two interfaces, as real

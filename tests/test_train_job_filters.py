@@ -70,9 +70,9 @@ def test_mpirun_command_runs_the_program_with_its_arguments_and_exports_every_va
                                  "args": ["--epochs", "3"]})
     assert argv == ["/usr/bin/mpirun", "--hostfile", "hostfile", "-np", "3", "--map-by", "slot", "--bind-to", "none",
                     "--mca", "btl_tcp_if_include", "eth1", "--mca", "oob_tcp_if_include", "eth1",
-                    "--mca", "btl", "self,tcp", "--output-filename", "logs", "-x", "JOB_DATA_DIR",
+                    "--mca", "btl", "self,tcp", "-x", "JOB_DATA_DIR",
                     "-x", "OMP_NUM_THREADS", "/usr/bin/python3", "/var/lib/cntk-cluster/run_rank.py",
-                    "/var/lib/cntk-cluster/jobs/j/dt.py",
+                    "--logs", "logs", "/var/lib/cntk-cluster/jobs/j/dt.py",
                     "--epochs", "3"]
 
 

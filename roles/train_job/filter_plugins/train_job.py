@@ -82,11 +82,12 @@ def train_job_command(spec):
             "--mca", "btl_tcp_if_include", spec["interface"], "--mca", "oob_tcp_if_include", spec["interface"]]
     for name, value in sorted(spec.get("mca", {}).items()):
         argv += ["--mca", str(name), str(value)]
-    # Every rank's stdout and stderr, on the node where it runs: logs/1/rank.N/.
-    argv += ["--output-filename", job_files.LOGS_DIR]
     for name in sorted(spec.get("env", {})):
         argv += ["-x", str(name)]
-    return argv + [spec["python"], spec["runner"], spec["program"]] + list(spec["args"])
+    # Every rank's stdout and stderr, on the node where it runs: logs/1/rank.N/, written by the runner
+    # (Open MPI 5's --output-filename loses ranks' output; see files/run_rank.py).
+    return (argv + [spec["python"], spec["runner"], "--logs", job_files.LOGS_DIR, spec["program"]]
+            + list(spec["args"]))
 
 
 def _excluded(relative, patterns):
