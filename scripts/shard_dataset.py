@@ -27,10 +27,24 @@ Layouts (--layout, default shard):
              the file, newline or not, so two files never merge into one line.
              Output lines are the source lines verbatim but for their end: each
              ends with exactly one "\\n" (the "\\r" of a CRLF is dropped). W
-             contiguous shards balanced by samples: with n samples, shard r
-             holds samples [floor(r*n/W), floor((r+1)*n/W)), sizes differ by at
-             most one, and the shards concatenated in rank order are the
-             source's non-blank lines. Fewer samples than ranks is refused.
+             shards balanced by samples (sizes differ by at most one, shard r
+             holds floor((r+1)*n/W) - floor(r*n/W) of the n samples), every
+             non-blank line in exactly one shard, each shard's lines in source
+             order. A fresh layout is contiguous: shard r holds samples
+             [floor(r*n/W), floor((r+1)*n/W)), so the shards concatenated in
+             rank order are the source's non-blank lines. Fewer samples than
+             ranks is refused.
+             Another rank count (nodes added or removed): when DIR's manifest
+             is a split of this very source (same bytes, files and samples)
+             for another W, the shards are re-placed, not laid out fresh, so
+             that little moves: every rank that was there keeps the first of
+             its old samples, up to its new size (its new shard is then a
+             prefix of its old file when it shrinks); the samples no rank
+             keeps (the cut tails, the ranks that are gone) go in source order,
+             one contiguous run each, to the ranks that need more (new ranks,
+             ranks that grew), in rank order. Adding nodes moves only the new
+             ranks' share; removing them, only the gone ranks' samples. A
+             changed source, or no usable manifest, is laid out fresh.
   replicate  Every rank reads the whole data set: a file, or a directory's
              non-hidden regular files (flat), kept under their own names.
   presplit   The user split the data already: a directory of exactly W
@@ -81,7 +95,9 @@ DIR/manifest.json:
               (shard), [{"name", "bytes", "sha256", "samples"?}] (others;
               "samples" for *.ctf files only),
      "shards": the data files in DIR, in rank order:
-       shard      {"shard": "shard-00000.ctf", "rank": 0, "samples", "bytes", "sha256"}
+       shard      {"shard": "shard-00000.ctf", "rank": 0, "samples", "bytes", "sha256",
+                   "ranges": [[start, end], ...] the source samples it holds, half-open,
+                   ascending (a manifest without them was a fresh layout)}
        presplit   {"shard": "shard-00000.bin", "rank": 0, "source_file": "part-a.bin",
                    "bytes", "sha256", "samples"? (*.ctf only)}
        replicate  {"shard": "train.ctf", "ranks": "all", "bytes", "sha256",
@@ -185,6 +201,90 @@ def is_ctf(path):
 def bounds(samples, ranks):
     """Shard r holds samples [b[r], b[r + 1])."""
     return [r * samples // ranks for r in range(ranks + 1)]
+
+
+def merged(ranges):
+    """Sorted half-open [start, end) ranges with touching ones joined, empty ones dropped."""
+    out = []
+    for start, end in sorted((start, end) for start, end in ranges if start < end):
+        if out and out[-1][1] == start:
+            out[-1][1] = end
+        else:
+            out.append([start, end])
+    return out
+
+
+def previous_ranges(old, samples):
+    """Each old rank's source ranges from a manifest of this source's split, or None when they cannot be trusted.
+
+    A manifest without "ranges" was a fresh split: its shards are consecutive runs of samples."""
+    try:
+        entries = sorted(old["shards"], key=lambda entry: entry["rank"])
+        if [entry["rank"] for entry in entries] != list(range(len(entries))):
+            return None
+        if all("ranges" not in entry for entry in entries):
+            edges = [0]
+            for entry in entries:
+                edges.append(edges[-1] + entry["samples"])
+            ranges = [[[edges[r], edges[r + 1]]] for r in range(len(entries))]
+        else:
+            ranges = [[[int(start), int(end)] for start, end in entry["ranges"]] for entry in entries]
+        for rank_ranges, entry in zip(ranges, entries):
+            if merged(rank_ranges) != rank_ranges or sum(end - start for start, end in rank_ranges) != entry["samples"]:
+                return None
+        if merged(r for rank_ranges in ranges for r in rank_ranges) != [[0, samples]]:
+            return None  # overlapping, or not every sample: lay out fresh
+        if sum(entry["samples"] for entry in entries) != samples:
+            return None
+        return ranges
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def placement(samples, ranks, previous=None):
+    """Each rank's source ranges of samples, [[start, end), ...] ascending: balanced, every sample once.
+
+    With no previous placement, rank r holds [floor(r*n/W), floor((r+1)*n/W)).
+    With one (another rank count over the same samples), a rank that held
+    samples before keeps the first of them, up to its new size; the rest (cut
+    tails, the ranks that are gone) go in source order, a contiguous run each,
+    to the ranks that need more, in rank order. A shard file is its samples in
+    source order, so a kept part is a prefix of the old file.
+    """
+    edges = bounds(samples, ranks)
+    sizes = [edges[r + 1] - edges[r] for r in range(ranks)]
+    if previous is None:
+        return [[[edges[r], edges[r + 1]]] for r in range(ranks)]
+    kept, pool = [], []
+    for rank, old in enumerate(previous):
+        room = sizes[rank] if rank < ranks else 0
+        mine = []
+        for start, end in old:
+            take = min(end - start, room)
+            if take:
+                mine.append([start, start + take])
+                room -= take
+            if start + take < end:
+                pool.append([start + take, end])
+        if rank < ranks:
+            kept.append(mine)
+    kept += [[] for _ in range(ranks - len(kept))]
+    pool = merged(pool)
+    result = []
+    for rank in range(ranks):
+        need = sizes[rank] - sum(end - start for start, end in kept[rank])
+        dealt = []
+        while need:
+            start, end = pool[0]
+            take = min(end - start, need)
+            dealt.append([start, start + take])
+            need -= take
+            if start + take == end:
+                pool.pop(0)
+            else:
+                pool[0][0] = start + take
+        result.append(merged(kept[rank] + dealt))
+    return result
 
 
 class Serial:
@@ -501,37 +601,45 @@ def fsync_dir(path):
 
 
 class ShardFiles:
-    """The temporary shard files of pass 2; next() and write() run on the writer thread."""
+    """The temporary shard files of pass 2; open() and write() run on the writer thread."""
 
     def __init__(self, out, names):
         self.temps = [temp_path(out, name) for name in names]
-        self.rank = -1
+        self.started = set()
         self.target = None
 
-    def next(self):
-        """Finish the shard being written (if any) and start the next one (if any)."""
+    def close(self):
         if self.target is not None:
-            self.target.flush()
-            os.fsync(self.target.fileno())
             self.target.close()
             self.target = None
-        self.rank += 1
-        if self.rank < len(self.temps):
-            self.target = create(self.temps[self.rank])
+
+    def open(self, rank):
+        """Write on to rank's shard from here: a re-placed shard takes several runs of the source."""
+        self.close()
+        if rank in self.started:
+            self.target = open(self.temps[rank], "ab")
+        else:
+            self.target = create(self.temps[rank])
+            self.started.add(rank)
 
     def write(self, data):
         self.target.write(data)
 
+    def finish(self):
+        self.close()
+        for temp in self.temps:
+            fsync_file(temp)
+
     def discard(self):
-        if self.target is not None:
-            self.target.close()
+        self.close()
         for temp in self.temps:
             remove(temp)
 
 
-def write_shards(paths, out, ranks, source_sha256, sizes, counts, names=None):
+def write_shards(paths, out, ranks, source_sha256, sizes, counts, names=None, ranges=None):
     """Pass 2: write every shard to a temporary file in out; return [(temp path, manifest entry)] by rank.
 
+    ranges: each rank's source ranges (placement(); default a fresh split).
     sizes, counts and source_sha256 are pass 1's; if this read differs in any,
     the source changed in between: ShardError, and no file is left. Three
     worker threads hash the source, hash the shards and write them while this
@@ -539,15 +647,18 @@ def write_shards(paths, out, ranks, source_sha256, sizes, counts, names=None):
     """
     names = names or [shard_name(r) for r in range(ranks)]
     samples = sum(counts)
-    edges = bounds(samples, ranks)
+    ranges = ranges or placement(samples, ranks)
+    # The source's runs in order: (first sample after the run, its rank).
+    runs = sorted((end, rank) for rank in range(ranks) for start, end in ranges[rank])
     changed = ShardError("source changed while it was being sharded: run again")
     files = ShardFiles(out, names)
     digests = [hashlib.sha256() for _ in range(ranks)]
     sizes_out = [0] * ranks
     with Serial() as writer, Serial() as hasher, Tally() as tally:
         try:
-            writer(files.next)
-            rank, done = 0, 0  # the shard being filled, samples handed to the writer
+            run = 0  # the run being filled
+            writer(files.open, runs[0][1])
+            done = 0  # samples handed to the writer
             for path, file_bytes, file_samples in zip(paths, sizes, counts):
                 bytes_before, done_before = tally.bytes, done
                 for data, start, end in blocks(path, tally):
@@ -556,10 +667,11 @@ def write_shards(paths, out, ranks, source_sha256, sizes, counts, names=None):
                     if done + lines > samples:
                         raise changed
                     while lines:
-                        room = edges[rank + 1] - done
+                        rank = runs[run][1]
+                        room = runs[run][0] - done
                         if lines <= room:
                             part, take = view[start:end], lines
-                        else:  # the shard ends inside this segment, after its room-th line
+                        else:  # the run ends inside this segment, after its room-th line
                             stop = start
                             for _ in range(room):
                                 stop = data.index(b"\n", stop, end) + 1
@@ -569,14 +681,14 @@ def write_shards(paths, out, ranks, source_sha256, sizes, counts, names=None):
                         sizes_out[rank] += len(part)
                         done += take
                         lines -= take
-                        if done == edges[rank + 1] and rank + 1 < ranks:
-                            writer(files.next)
-                            rank += 1
+                        if done == runs[run][0] and run + 1 < len(runs):
+                            run += 1
+                            writer(files.open, runs[run][1])
                 if tally.bytes - bytes_before != file_bytes or done - done_before != file_samples:
                     raise changed
             if tally.hexdigest() != source_sha256:
                 raise changed
-            writer(files.next)  # finish the last shard
+            writer(files.finish)
             writer.wait()
             hasher.wait()
         except BaseException:
@@ -587,8 +699,8 @@ def write_shards(paths, out, ranks, source_sha256, sizes, counts, names=None):
                     pass
             files.discard()
             raise
-    entries = [{"shard": names[r], "rank": r, "samples": edges[r + 1] - edges[r], "bytes": sizes_out[r],
-                "sha256": digests[r].hexdigest()} for r in range(ranks)]
+    entries = [{"shard": names[r], "rank": r, "samples": sum(end - start for start, end in ranges[r]),
+                "bytes": sizes_out[r], "sha256": digests[r].hexdigest(), "ranges": ranges[r]} for r in range(ranks)]
     return list(zip(files.temps, entries))
 
 
@@ -764,14 +876,24 @@ def shard_files_match(out, manifest, stop=None):
         return False
 
 
-def describes(old, manifest, expected):
-    """True when the old manifest is of the same data and split as the new one (a manifest without a layout
-    predates the other layouts: a split)."""
+def same_source(old, manifest):
+    """True when the old manifest is a split (a manifest without a layout predates the other layouts: a split) of
+    the very source the new one describes: same bytes, files and samples."""
     try:
-        return (old.get("layout", "shard") == manifest["layout"] and old["source_sha256"] == manifest["source_sha256"]
-                and old["ranks"] == manifest["ranks"] and old["samples"] == manifest["samples"]
-                and old["files"] == manifest["files"]
-                and [(e["shard"], e["rank"], e["samples"]) for e in old["shards"]] == expected)
+        return (old.get("layout", "shard") == "shard" == manifest["layout"]
+                and old["source_sha256"] == manifest["source_sha256"] and old["samples"] == manifest["samples"]
+                and old["files"] == manifest["files"])
+    except (AttributeError, KeyError, TypeError):
+        return False
+
+
+def describes(old, manifest, expected):
+    """True when the old manifest is of the same data and split as the new one: expected is
+    [(shard, rank, samples, ranges)] by rank."""
+    try:
+        return (same_source(old, manifest) and old["ranks"] == manifest["ranks"]
+                and [(e["shard"], e["rank"], e["samples"]) for e in old["shards"]] == [x[:3] for x in expected]
+                and previous_ranges(old, manifest["samples"]) == [x[3] for x in expected])
     except (AttributeError, KeyError, TypeError):
         return False
 
@@ -912,12 +1034,15 @@ def split(paths, out, names, expect, verify, started):
     if unchanged is not None:
         return unchanged
 
-    def worth_verifying(manifest):  # cheap look before hashing the old shards
+    def same_files(manifest):  # cheap look: the source files of the sizes the manifest records
         try:
-            return manifest["ranks"] == ranks and [(f["name"], f["bytes"]) for f in manifest["files"]] == \
+            return [(f["name"], f["bytes"]) for f in manifest["files"]] == \
                 [(os.path.basename(p), os.path.getsize(p)) for p in paths]
         except (OSError, KeyError, TypeError):
             return False
+
+    def worth_verifying(manifest):  # cheap look before hashing the old shards
+        return manifest.get("ranks") == ranks and same_files(manifest)
 
     held = old = verified = None
     verifier, stop = Serial(), threading.Event()
@@ -926,12 +1051,13 @@ def split(paths, out, names, expect, verify, started):
         if os.path.isdir(out):
             held = lock(out)
             old = read_manifest(out)
-            if old is not None and worth_verifying(old):
+            if old is not None and same_files(old):
                 # Likely nothing to do: while the source is hashed, check the old shards on
                 # another thread. If the source's bytes are those the old manifest was made
                 # from, so are its samples, and the lines need not be counted or checked again
                 # (a manifest of this script's split was made from checked lines).
-                verified = verifier(shard_files_match, out, old, stop)
+                if worth_verifying(old):
+                    verified = verifier(shard_files_match, out, old, stop)
                 source_sha256, sizes = source_sha256_only(paths)
                 try:
                     if old.get("layout") == "shard" and source_sha256 == old["source_sha256"] \
@@ -945,8 +1071,6 @@ def split(paths, out, names, expect, verify, started):
             source_sha256, sizes, counts = scan(paths)  # pass 1
         samples = sum(counts)
         too_few(samples, ranks, expect["source"])
-        edges = bounds(samples, ranks)
-        expected = [(names[r], r, edges[r + 1] - edges[r]) for r in range(ranks)]
         manifest = {"name": expect["name"], "layout": "shard", "source": expect["source"],
                     "source_sha256": source_sha256, "samples": samples, "ranks": ranks, "test": expect["test"],
                     "files": [{"name": os.path.basename(p), "bytes": size, "samples": count}
@@ -961,14 +1085,17 @@ def split(paths, out, names, expect, verify, started):
                 verified = verifier(shard_files_match, out, old, stop)
         clean_leftovers(out)
 
+        # The last split of this same source, for another rank count too: keep what each rank holds.
+        ranges = placement(samples, ranks, previous_ranges(old, samples) if same_source(old, manifest) else None)
+        expected = [(names[r], r, sum(end - start for start, end in ranges[r]), ranges[r]) for r in range(ranks)]
         if verified is not None and describes(old, manifest, expected) and verified.result():
-            manifest["shards"] = [{key: entry[key] for key in ("shard", "rank", "samples", "bytes", "sha256")}
-                                  for entry in old["shards"]]
+            manifest["shards"] = [dict({key: entry[key] for key in ("shard", "rank", "samples", "bytes", "sha256")},
+                                       ranges=ranges[entry["rank"]]) for entry in old["shards"]]
             changed = old != manifest  # a new name, test or source path: rewrite the manifest only
             if changed:
                 commit(out, [], write_manifest_temp(out, manifest))
         else:
-            shard_temps = write_shards(paths, out, ranks, source_sha256, sizes, counts, names)  # pass 2
+            shard_temps = write_shards(paths, out, ranks, source_sha256, sizes, counts, names, ranges)  # pass 2
             manifest["shards"] = [entry for _, entry in shard_temps]
             try:
                 manifest_temp = write_manifest_temp(out, manifest)

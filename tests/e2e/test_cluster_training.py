@@ -510,13 +510,96 @@ def test_a_controller_killed_during_the_data_step_leaves_no_partial_file_in_use_
 
 def address_of(node):
     first = FIRST_ADDRESS.rsplit(".", 1)
-    return f"{first[0]}.{int(first[1]) + NODES.index(node)}"
+    return f"{first[0]}.{int(first[1]) + int(node.removeprefix('node')) - 1}"
+
+
+def task_outputs(output, task):
+    """{host: its result's text} of one task in a -v run's output."""
+    section = output.split(f"TASK [{task}")[1].split("TASK [")[0]
+    return {match.group(1): chunk for chunk in re.split(r"^(?=(?:changed|ok|skipping|failed): \[)", section, flags=re.M)
+            if (match := re.match(r"\w+: \[(node\d+)", chunk))}
+
+
+def changed_tasks(output):
+    """{host: sorted names of the tasks that changed it} in a playbook's output."""
+    tasks = {}
+    for section in output.split("\nTASK [")[1:]:
+        name = section.split("]", 1)[0]
+        for host in set(re.findall(r"^changed: \[(node\d+)", section, re.M)):
+            tasks.setdefault(host, []).append(name)
+    return {host: sorted(names) for host, names in tasks.items()}
+
+
+def rsync_bytes(text, what):
+    """A figure of rsync --stats ("Literal data", "Matched data") in bytes."""
+    return int(re.search(rf"{what}: ([\d,]+) bytes", text).group(1).replace(",", ""))
+
+
+def test_growing_to_six_nodes_provisions_only_the_new_ones_and_sends_only_the_new_ranks_shards(cluster):
+    """4 -> 6 nodes, 8 -> 12 ranks: the old nodes' provisioning changes nothing; each old rank keeps a prefix of
+    its shard (rsync matches it against the node's copy), the new ranks take the cut tails, and the job trains
+    on 12 ranks. Before the reinstall test, which takes the cluster down to 3 nodes."""
+    grown = [f"node{i}" for i in range(1, 7)]
+    started = time.monotonic()
+    subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=6",
+                           "--backend=numpy"], check=True, capture_output=True, text=True)
+    provision = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml"), "--tags", "provision"],
+                               capture_output=True, text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
+    assert provision.returncode == 0, provision.stdout[-4000:]
+    # The old nodes only learn the new ones' names: no package, user or venv is touched there.
+    membership = ["base : Ensure every cluster node resolves by name",
+                  "openmpi : Ensure the default hostfile lists the training nodes"]
+    changed = changed_tasks(provision.stdout)
+    assert {node: changed.get(node) for node in NODES} == dict.fromkeys(NODES, membership), provision.stdout[-4000:]
+    counts = recap(provision.stdout)
+    assert all(counts[node]["changed"] == len(membership) for node in NODES)
+    assert counts["node5"]["changed"] > 5 and counts["node6"]["changed"] > 5
+    assert changed["node5"] == changed["node6"] and set(membership) < set(changed["node5"])
+    print(f"\ngrow 4->6: provisioning {time.monotonic() - started:.0f} s")
+
+    site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml"), "-v"], capture_output=True,
+                          text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
+    assert site.returncode == 0, site.stdout[-4000:]
+    manifest = json.loads((ROOT / ".cache" / "shards" / NAME / "digits" / "manifest.json").read_text())
+    shard_bytes = {entry["rank"]: entry["bytes"] for entry in manifest["shards"]}
+    assert manifest["ranks"] == 12 and sorted(shard_bytes) == list(range(12))
+    for index, node in enumerate(grown):
+        expected = [f"shard-{rank:05d}.ctf" for rank in (2 * index, 2 * index + 1)] + ["manifest.json"]
+        assert sorted(on_node(node, "ls /srv/cntk/data/digits").split()) == sorted(expected + ["test.ctf"] * (
+            index == 0)), node
+
+    sends = task_outputs(site.stdout, "dataset : Send the missing or damaged data files")
+    literal = {node: rsync_bytes(sends[node], "Literal data") for node in grown}
+    held = {node: shard_bytes[2 * index] + shard_bytes[2 * index + 1] for index, node in enumerate(grown)}
+    # An old rank's shard only shrank: all of it matches the node's copy but the last partial rsync block
+    # (700 bytes below 490 kB), which goes as literal data; the new nodes have no basis and take it all.
+    for node in NODES:
+        assert literal[node] < 2 * 700 and literal[node] < 0.05 * held[node], (node, literal, held)
+        assert rsync_bytes(sends[node], "Matched data") + literal[node] == held[node], node
+    assert literal["node5"] == held["node5"] and literal["node6"] == held["node6"]
+    new_bytes = sum(shard_bytes[rank] for rank in range(8, 12))
+    old_literal = sum(literal[node] for node in NODES)
+    print(f"grow 4->6: old nodes literal {old_literal} of {sum(held[n] for n in NODES)} shard bytes; "
+          f"all literal {sum(literal.values())}, new ranks' shard bytes {new_bytes}")
+
+    run = ARTIFACTS / JOB / "latest"
+    hostfile = on_node("node1", f"cat /srv/cntk/jobs/{JOB}/runs/{run.resolve().name}/hostfile")
+    assert re.findall(r"^(node\d) slots=(\d+)$", hostfile, re.M) == [(node, "2") for node in grown]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["ranks"] == 12 and summary["hosts"] == [node for node in grown for _ in range(2)]
+    assert summary["test_accuracy"] >= 0.90
+
+    again = ansible_playbook("data.yml")
+    assert all(counts["changed"] == 0 for counts in recap(again.stdout).values())
+    print(f"grow 4->6: {time.monotonic() - started:.0f} s")
+
+
 
 
 def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_node_leaves_no_trace(cluster):
-    """Last in this file: it changes the cluster's shape. node3 is reinstalled (new disk, new host keys) and node4
-    taken out; node3 then loses power during its provisioning, comes back, and site.yml runs on the three nodes
-    left."""
+    """Last in this file: it changes the cluster's shape. node3 is reinstalled (new disk, new host keys) and the
+    nodes after it (node4, and node5 and node6 of the growing test) taken out; node3 then loses power during its
+    provisioning, comes back, and site.yml runs on the three nodes left."""
     subprocess.run(TOOL + ["rebuild", f"--name={NAME}", "node3"], check=True, capture_output=True, text=True)
     refused = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
                              text=True, env=playbook_env(), cwd=ROOT, timeout=900)
@@ -562,11 +645,13 @@ def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_n
                           text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
     assert site.returncode == 0, site.stdout[-4000:]
     new_key = on_node("node3", "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[1]
-    gone = address_of("node4")
     for node in NODES[:3]:
         known = on_node(node, "cat /etc/ssh/ssh_known_hosts")
-        assert new_key in known and gone not in known and "node4" not in known, node
-        assert gone not in on_node(node, "cat /home/cntk/.ssh/authorized_keys"), node
+        authorized = on_node(node, "cat /home/cntk/.ssh/authorized_keys")
+        assert new_key in known, node
+        for gone in ("node4", "node5", "node6"):
+            assert address_of(gone) not in known and gone not in known, (node, gone)
+            assert address_of(gone) not in authorized, (node, gone)
     assert sorted(on_node("node3", "ls /srv/cntk/data/digits").split()) == [
         "manifest.json", "shard-00004.ctf", "shard-00005.ctf"]
     run = ARTIFACTS / JOB / "latest"
