@@ -3,13 +3,13 @@
 
 Each node is a container with host networking, its own hostname (node1..nodeN),
 its own host keys and its own sshd bound to its own loopback address
-(127.0.0.11, .12, ...). A node boots systemd as PID 1, which runs sshd as
-Debian's ssh.service, as a machine does: `docker restart` or a reboot inside
-it (Docker's restart policy starts it again) is a reboot with the same disk,
-address and host keys, and a new boot id; `docker stop` powers it off. Nothing but loopback is used. The node image is built
-with debootstrap from the mirror in this machine's apt sources and imported
-into Docker; it is tagged with a hash of its recipe and rebuilt only when the
-recipe changes.
+(127.0.0.11, .12, ...). Nothing but loopback is used. A node boots systemd
+as PID 1, which runs sshd as Debian's ssh.service, as a machine does: `docker
+restart`, or a reboot inside it (Docker's restart policy starts it again), is
+a reboot with the same disk, address and host keys and a new boot id; `docker
+stop` powers it off. The node image is built with debootstrap from the
+mirror in this machine's apt sources and imported into Docker; it is tagged
+with a hash of its recipe and rebuilt only when the recipe changes.
 
     local_cluster.py up [--nodes N] [--backend B] [--suite S] [--network loopback|netns]
                                                       create or reconcile
