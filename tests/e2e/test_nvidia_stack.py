@@ -114,11 +114,13 @@ def test_nodes_boot_systemd_and_a_restart_is_a_reboot(world):
     before, keys = boot_id("node2"), host_keys("node2")
     assert before and boot_id("node2") == before
     subprocess.run(["docker", "restart", f"cntk-{NAME}-node2"], check=True, capture_output=True)
-    # sshd back at its address with its host keys (the inventory's known_hosts), as after a reboot.
-    ping = subprocess.run([str(Path(sys.executable).with_name("ansible")), "-i", str(INVENTORY), "node2",
-                           "-m", "ansible.builtin.ping"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+    # sshd back at its address with its host keys (the inventory's known_hosts), as after a reboot: Ansible
+    # retries until the node answers (docker restart returns before its boot is done).
+    back = subprocess.run([str(Path(sys.executable).with_name("ansible")), "-i", str(INVENTORY), "node2",
+                           "-m", "ansible.builtin.wait_for_connection", "-a", "timeout=120"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=180,
                           env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
-    assert ping.returncode == 0, ping.stdout + ping.stderr
+    assert back.returncode == 0, back.stdout + back.stderr
     assert host_keys("node2") == keys
     assert boot_id("node2") not in ("", before)
     assert on_node("node2", "systemctl is-system-running --wait")[1].strip() == "running"
