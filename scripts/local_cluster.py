@@ -3,10 +3,13 @@
 
 Each node is a container with host networking, its own hostname (node1..nodeN),
 its own host keys and its own sshd bound to its own loopback address
-(127.0.0.11, .12, ...). Nothing but loopback is used. The node image is built
-with debootstrap from the mirror in this machine's apt sources and imported
-into Docker; it is tagged with a hash of its recipe and rebuilt only when the
-recipe changes.
+(127.0.0.11, .12, ...). Nothing but loopback is used. A node boots systemd
+as PID 1, which runs sshd as Debian's ssh.service, as a machine does: `docker
+restart`, or a reboot inside it (Docker's restart policy starts it again), is
+a reboot with the same disk, address and host keys and a new boot id; `docker
+stop` powers it off. The node image is built with debootstrap from the
+mirror in this machine's apt sources and imported into Docker; it is tagged
+with a hash of its recipe and rebuilt only when the recipe changes.
 
     local_cluster.py up [--nodes N] [--backend B] [--suite S] [--network loopback|netns]
                                                       create or reconcile
@@ -27,7 +30,8 @@ network the loopback layout's nodes share, and trains on the netns
 layout's fabric NIC (tests/e2e/test_fabric_network.py runs there).
 
 `--network netns` gives every node a network namespace of its own instead
-(`--network none`, then plumbed from here) with two interfaces, as real
+(that of a holder container, `--network none`, plumbed from here, which the
+node joins, so that its reboot keeps them) with two interfaces, as real
 hardware has: mgmt0 on the management network (a host bridge cm-<tag>; the
 controller, Ansible and SSH go there) and fab0 on the fabric network (a host
 bridge cf-<tag>; MPI, the SSH mesh and the data go there), addresses from
@@ -85,46 +89,58 @@ NODE_SUITE = "bookworm"
 # The Debian releases a node image can be built from (--suite), by version.
 NODE_SUITES = {"bookworm": "12", "trixie": "13"}
 # python3-apt as on a standard Debian install: Ansible's apt module needs it in check mode.
-NODE_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2")
+NODE_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2", "systemd", "systemd-sysv", "dbus")
 NODE_INIT = """#!/bin/sh
-# Starts one local-cluster node: fresh host keys on its first start, then its
-# own sshd on its own loopback address. PID 1 is docker's init (--init).
+# Starts one local-cluster node: writes what differs per node (from the
+# container's environment), then becomes its systemd (PID 1), which starts
+# sshd as the distribution's ssh.service. Done here rather than in a unit:
+# the environment is at hand, and it all happens before any unit starts.
 set -eu
 : "${NODE_ADDRESS:?}" "${NODE_SSH_PORT:?}"
+# TEST HARNESS: a container sees the host kernel's boot id, which never
+# changes; the container stands in for a machine whose kernel would make a
+# new one at every boot (Ansible's reboot module waits for it). A fresh one
+# at every container start, read-only as the kernel's is.
+cat /proc/sys/kernel/random/uuid >/run/cluster-node-boot-id
+mount --bind /run/cluster-node-boot-id /proc/sys/kernel/random/boot_id
+mount -o remount,bind,ro /proc/sys/kernel/random/boot_id
+# Fresh host keys on the first start only: a restart is a reboot, same disk.
 ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
-mkdir -p /run/sshd
-printf 'ListenAddress %s:%s\\n' "$NODE_ADDRESS" "$NODE_SSH_PORT" \\
-  >/etc/ssh/sshd_config.d/10-local-cluster.conf
-# All nodes share one network stack: leave from this node's own address so
-# that a key restricted with from="..." sees which node connects.
-printf 'BindAddress %s\\n' "$NODE_ADDRESS" >/etc/ssh/ssh_config.d/10-local-cluster.conf
-exec /usr/sbin/sshd -D -e
+if [ -n "${NODE_FABRIC_ADDRESS:-}" ]; then
+  # The netns layout: mgmt0 and fab0 are already in the namespace (its holder
+  # container's). Listen on both (the controller comes on the management one,
+  # the mesh and mpirun's launches on the fabric one), leave from whichever
+  # address the route gives, and send apt through the host's proxy.
+  printf 'ListenAddress %s:%s\\nListenAddress %s:%s\\n' "$NODE_ADDRESS" "$NODE_SSH_PORT" \\
+    "$NODE_FABRIC_ADDRESS" "$NODE_SSH_PORT" >/etc/ssh/sshd_config.d/10-local-cluster.conf
+  rm -f /etc/ssh/ssh_config.d/10-local-cluster.conf
+  printf 'Acquire::http::Proxy "%s";\\n' "${NODE_APT_PROXY:?}" >/etc/apt/apt.conf.d/01local-cluster-proxy
+else
+  printf 'ListenAddress %s:%s\\n' "$NODE_ADDRESS" "$NODE_SSH_PORT" >/etc/ssh/sshd_config.d/10-local-cluster.conf
+  # All nodes share one network stack: leave from this node's own address so
+  # that a key restricted with from="..." sees which node connects.
+  printf 'BindAddress %s\\n' "$NODE_ADDRESS" >/etc/ssh/ssh_config.d/10-local-cluster.conf
+fi
+exec /sbin/init
 """
-
-
-# The node's start in the netns layout (the image's own init is for the
-# loopback layout): it waits for mgmt0 and fab0, which local_cluster.py moves
-# into its namespace once the container runs, then listens on both addresses
-# (the controller comes on the management one, the mesh and mpirun's launches
-# on the fabric one), leaves from whichever address the route gives (no
-# BindAddress: the namespace is the node's own), and sends apt through the
-# host's proxy on the management network.
-NETNS_INIT = """set -eu
-: "${NODE_ADDRESS:?}" "${NODE_FABRIC_ADDRESS:?}" "${NODE_SSH_PORT:?}" "${NODE_APT_PROXY:?}"
-ls /etc/ssh/ssh_host_*_key >/dev/null 2>&1 || ssh-keygen -A
-mkdir -p /run/sshd
-tries=0
-until ip -o -4 addr show | grep -q " $NODE_ADDRESS/" && ip -o -4 addr show | grep -q " $NODE_FABRIC_ADDRESS/"; do
-  tries=$((tries + 1))
-  [ "$tries" -lt 600 ] || { echo "mgmt0/fab0 did not come within 120s" >&2; exit 1; }
-  sleep 0.2
-done
-printf 'ListenAddress %s:%s\\nListenAddress %s:%s\\n' "$NODE_ADDRESS" "$NODE_SSH_PORT" \\
-  "$NODE_FABRIC_ADDRESS" "$NODE_SSH_PORT" >/etc/ssh/sshd_config.d/10-local-cluster.conf
-rm -f /etc/ssh/ssh_config.d/10-local-cluster.conf
-printf 'Acquire::http::Proxy "%s";\\n' "$NODE_APT_PROXY" >/etc/apt/apt.conf.d/01local-cluster-proxy
-exec /usr/sbin/sshd -D -e
-"""
+# What systemd as PID 1 needs of Docker here (--privileged is refused on these machines): mounts (SYS_ADMIN, also
+# for the boot id above), the host's cgroup tree writable and the same cgroup namespace (so the paths in
+# /proc/self/cgroup are paths in that tree), tmpfs /run, and the `container` hint. SYS_BOOT: a reboot() in the
+# container's PID namespace ends its PID 1 with SIGHUP (exit 129), which the restart policy restarts, where
+# without it systemd exits 0 and the node stays off. A poweroff (SIGINT, 130) restarts too: Docker's policies
+# cannot tell them apart; `docker stop` is the power button (SIGRTMIN+3 asks systemd for a clean halt, and a
+# stopped container stays stopped).
+SYSTEMD_RUN_OPTIONS = (
+    "--cap-add", "SYS_ADMIN", "--cap-add", "SYS_BOOT",
+    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+    "--cgroupns", "host", "--volume", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs", "/run", "--tmpfs", "/run/lock",
+    "-e", "container=docker",
+    "--stop-signal", "SIGRTMIN+3", "--restart", "on-failure",
+)
+# A node's /etc/hosts before Ansible's block is added: a file of the node's own under .cluster/NAME/hosts, as
+# Docker would rewrite its own copy at every start and a reboot would lose what the base role wrote.
+NODE_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 NETWORKS = ("loopback", "netns")
 # Interface names inside a netns node, as on real hardware.
 MGMT_IFACE = "mgmt0"
@@ -295,6 +311,49 @@ def apt_proxy_config(state_dir, address, port=APT_PROXY_PORT):
         "ForeGround: 1",
         "",
     ])
+
+
+def holder_name(container):
+    """The container that holds a netns node's network namespace (Kubernetes' pause container): the node joins
+    it, so the node's restart (a reboot) keeps mgmt0 and fab0."""
+    return container + "-net"
+
+
+def holder_run_argv(container, node, ref, cluster_label):
+    """`docker run` of a netns node's holder: no network but what local_cluster.py plumbs in, the node's
+    hostname (the node shares its UTS namespace), and nothing running but a sleep."""
+    return ["docker", "run", "-d", "--name", holder_name(container), "--hostname", node["name"],
+            "--network", "none", "--init", "--label", cluster_label, "--label", f"{LABEL}.holder-of={container}",
+            ref, "sleep", "infinity"]
+
+
+def node_run_argv(container, node, port, ref, cluster_label, shared_dir, hosts_file):
+    """`docker run` of one node: systemd as PID 1 (the image's CMD), on the host's network stack, or, for a
+    node with a 'fabric' address (the netns layout), in its holder's namespace."""
+    argv = ["docker", "run", "-d", "--name", container, *SYSTEMD_RUN_OPTIONS]
+    if "fabric" in node:
+        # The hostname comes with the holder's namespaces (Docker refuses --hostname here).
+        argv += ["--network", f"container:{holder_name(container)}"]
+    else:
+        argv += ["--network", "host", "--hostname", node["name"]]
+    argv += [
+        "--label", cluster_label,
+        "--label", f"{LABEL}.address={node['address']}",
+        "--label", f"{LABEL}.ssh-port={port}",
+        "--label", f"{LABEL}.shared={shared_dir}",
+        "--volume", f"{shared_dir}:/shared",
+        "--volume", f"{hosts_file}:/etc/hosts",
+        "-e", f"NODE_ADDRESS={node['address']}", "-e", f"NODE_SSH_PORT={port}",
+    ]
+    if "fabric" in node:
+        host_mgmt = str(ipaddress.IPv4Network(f"{node['address']}/24", strict=False)[HOST_OCTET])
+        argv += [
+            "--label", f"{LABEL}.network=netns",
+            "--label", f"{LABEL}.fabric={node['fabric']}",
+            "-e", f"NODE_FABRIC_ADDRESS={node['fabric']}",
+            "-e", f"NODE_APT_PROXY=http://{host_mgmt}:{APT_PROXY_PORT}",
+        ]
+    return argv + [ref]
 
 
 def known_hosts_lines(address, port, public_keys):
@@ -604,14 +663,21 @@ class Cluster:
         else:
             self.inventory_dir = self.state_dir / "inventory"
 
-    def containers(self):
-        """{container name: {'running', 'image', 'address', 'port'}}"""
+    def containers(self, holders=False):
+        """The nodes: {container name: {'running', 'image', 'address', 'port', ...}}; with holders, the netns
+        layout's namespace holders instead: {holder name: {'running', 'image', 'node'}}."""
         names = run(["docker", "ps", "-a", "--filter", f"label={self.label}",
                      "--format", "{{.Names}}"]).stdout.split()
         found = {}
         for name in names:
             info = json.loads(run(["docker", "inspect", name]).stdout)[0]
             labels = info["Config"]["Labels"] or {}
+            node = labels.get(f"{LABEL}.holder-of")
+            if holders != (node is not None):
+                continue
+            if holders:
+                found[name] = {"running": info["State"]["Running"], "image": info["Config"]["Image"], "node": node}
+                continue
             found[name] = {
                 "running": info["State"]["Running"],
                 "image": info["Config"]["Image"],
@@ -670,7 +736,7 @@ class Cluster:
 
     def plumb(self, container, node, prefixlen=24):
         """One veth per bridge into the running container's namespace, named mgmt0 and fab0 there, addressed
-        and up. A container that already has them is left as it is (a restarted one has a new namespace)."""
+        and up. A container that already has them is left as it is (a restarted holder has a new namespace)."""
         pid = str(int(run(["docker", "inspect", "-f", "{{.State.Pid}}", container]).stdout.strip()))
         inside = ["nsenter", "-t", pid, "-n"]
         if run(inside + ["ip", "link", "show", "dev", MGMT_IFACE], check=False).returncode == 0:
@@ -798,6 +864,11 @@ class Cluster:
                 run(["docker", "rm", "-f", "-v", name])
                 changes.append(f"removed {name}")
         existing = self.containers()
+        # A holder goes with its node, and with the netns layout; one of an older image is made anew.
+        for holder, info in self.containers(holders=True).items():
+            if not netns or info["node"] not in wanted or info["node"] not in existing or info["image"] != ref:
+                run(["docker", "rm", "-f", holder])
+                changes.append(f"removed {holder}")
 
         if netns:
             if self.ensure_bridges(host_mgmt, host_fabric):
@@ -820,15 +891,31 @@ class Cluster:
                 )
 
         self.shared_dir.mkdir(parents=True, exist_ok=True)
+        holders = self.containers(holders=True) if netns else {}
         for name, node in wanted.items():
+            plumbed = False
+            if netns:
+                holder = holder_name(name)
+                if holder not in holders:
+                    run(holder_run_argv(name, node, ref, self.label))
+                    changes.append(f"created {holder}")
+                elif not holders[holder]["running"]:
+                    run(["docker", "start", holder])
+                    changes.append(f"started {holder}")
+                plumbed = self.plumb(holder, node)
+                if plumbed:
+                    changes.append(f"plumbed {holder}: {MGMT_IFACE} {node['address']}, "
+                                   f"{FABRIC_IFACE} {node['fabric']}")
             if name not in existing:
                 self.create_node(name, node, port, ref)
                 changes.append(f"created {name}")
             elif not existing[name]["running"]:
                 run(["docker", "start", name])
                 changes.append(f"started {name}")
-            if netns and self.plumb(name, node):
-                changes.append(f"plumbed {name}: {MGMT_IFACE} {node['address']}, {FABRIC_IFACE} {node['fabric']}")
+            elif plumbed:
+                # Its holder's namespace is a new one: the node joins it at its next start.
+                run(["docker", "restart", name])
+                changes.append(f"restarted {name} in its holder's new namespace")
 
         known = []
         for name, node in wanted.items():
@@ -858,30 +945,11 @@ class Cluster:
               f"{self.inventory_dir.relative_to(ROOT)}")
 
     def create_node(self, name, node, port, ref):
-        """A node container; one with a 'fabric' address gets a namespace of its own (plumb() wires it)."""
-        netns = "fabric" in node
-        argv = [
-            "docker", "run", "-d", "--name", name, "--hostname", node["name"],
-            "--network", "none" if netns else "host", "--init",
-            "--label", self.label,
-            "--label", f"{LABEL}.address={node['address']}",
-            "--label", f"{LABEL}.ssh-port={port}",
-            "--label", f"{LABEL}.shared={self.shared_dir}",
-            "--volume", f"{self.shared_dir}:/shared",
-            "-e", f"NODE_ADDRESS={node['address']}", "-e", f"NODE_SSH_PORT={port}",
-        ]
-        if netns:
-            host_mgmt = str(ipaddress.IPv4Network(f"{node['address']}/24", strict=False)[HOST_OCTET])
-            argv += [
-                "--label", f"{LABEL}.network=netns",
-                "--label", f"{LABEL}.fabric={node['fabric']}",
-                "-e", f"NODE_FABRIC_ADDRESS={node['fabric']}",
-                "-e", f"NODE_APT_PROXY=http://{host_mgmt}:{APT_PROXY_PORT}",
-                ref, "/bin/sh", "-c", NETNS_INIT,
-            ]
-        else:
-            argv.append(ref)
-        run(argv)
+        """A node container with a new disk; a netns one joins its holder's namespace, plumbed already."""
+        hosts_file = self.state_dir / "hosts" / node["name"]
+        hosts_file.parent.mkdir(parents=True, exist_ok=True)
+        hosts_file.write_text(NODE_HOSTS)
+        run(node_run_argv(name, node, port, ref, self.label, self.shared_dir, hosts_file))
 
     def admit_controller(self, name, key):
         """The controller's key for root, as an OS installer would leave it."""
@@ -905,10 +973,10 @@ class Cluster:
         run(["docker", "rm", "-f", "-v", name])
         node = {"name": node_name, "address": info["address"]}
         if info["network"] == "netns":
+            # Its holder (the network, not the disk) stays: mgmt0 and fab0 are there already.
             node["fabric"] = info["fabric"]
+            self.plumb(holder_name(name), node)
         self.create_node(name, node, info["port"], info["image"])
-        if "fabric" in node:
-            self.plumb(name, node)
         wait_for_sshd(info["address"], int(info["port"]))
         self.admit_controller(name, self.controller_key())
         print(f"rebuilt {node_name}: a new disk and new host keys at {info['address']}:{info['port']}. "
@@ -925,10 +993,11 @@ class Cluster:
 
     def down(self):
         if engine_running():
-            names = list(self.containers())
-            if names:
-                run(["docker", "rm", "-f", "-v", *names])
-                print(f"removed {' '.join(names)}")
+            # The nodes before the holders whose namespaces they use.
+            for names in (list(self.containers()), list(self.containers(holders=True))):
+                if names:
+                    run(["docker", "rm", "-f", "-v", *names])
+                    print(f"removed {' '.join(names)}")
         removed = self.remove_netns_network() if shutil.which("ip") else []
         if removed:
             print(f"removed {' '.join(removed)}")

@@ -7,7 +7,9 @@ cuda-libraries-10-0, libcudnn7, libnccl2) plus NEWER versions of the same
 packages, so a role that forgot to pin or hold would visibly drift. Each
 package installs only a marker file under /usr/share/doc/<package>/ and, for
 the libraries, a text file where the real library would be: nothing here
-pretends a GPU or a driver is present (no nvidia-smi, no kernel module).
+pretends a GPU or a driver is present (no nvidia-smi, no kernel module). The
+driver package (cuda-drivers) asks for a reboot in its postinst, as NVIDIA's
+driver packages do (update-notifier's /run/reboot-required).
 
     nvidia_packages.py OUTDIR     builds OUTDIR/repo (flat, InRelease signed by a
                                   throwaway key, OUTDIR/repo/test-double.asc) and
@@ -44,6 +46,17 @@ PACKAGES = [
     ("libnccl2", "2.4.8-1+cuda10.0", "", {
         "/usr/lib/x86_64-linux-gnu/libnccl.so.2.4.8": MARKER}),
 ]
+# The driver: its postinst asks for a reboot, as NVIDIA's do for their new kernel module.
+REBOOT_REQUIRED = {"cuda-drivers"}
+POSTINST_REBOOT = """#!/bin/sh
+# TEST DOUBLE: asks for a reboot as NVIDIA's driver packages do, in the words
+# of update-notifier's notify-reboot-required (/var/run links to /run).
+set -e
+if [ "$1" = configure ]; then
+  echo "*** System restart required ***" >/run/reboot-required
+  echo "$DPKG_MAINTSCRIPT_PACKAGE" >>/run/reboot-required.pkgs
+fi
+"""
 PINNED = {}
 for _name, _version, _depends, _files in PACKAGES:
     PINNED.setdefault(_name, _version)
@@ -59,6 +72,9 @@ def build_deb(name, version, depends, files, outdir):
         if depends:
             control.insert(3, f"Depends: {depends}")
         (root / "DEBIAN" / "control").write_text("\n".join(control) + "\n")
+        if name in REBOOT_REQUIRED:
+            (root / "DEBIAN" / "postinst").write_text(POSTINST_REBOOT)
+            (root / "DEBIAN" / "postinst").chmod(0o755)
         files = dict(files)
         files[f"/usr/share/doc/{name}/TEST-DOUBLE"] = MARKER
         for path, text in files.items():

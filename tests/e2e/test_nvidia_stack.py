@@ -8,7 +8,9 @@ roles' real code paths run: key fingerprint check, repository, exact versions,
 apt pins, dpkg holds, the no-GPU rules, idempotence, and the offline path from
 the controller's artifact folder with the repository switched off. Nothing
 pretends a GPU is there: node1 installs with nvidia_driver_without_gpu, node2
-is a CPU node.
+is a CPU node. The stand-in driver package asks for a reboot as NVIDIA's do
+(/run/reboot-required), so node1 (a container running systemd, a new boot id
+at each start) really reboots in the first install, and the play goes on.
 """
 
 import functools
@@ -20,6 +22,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,27 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster nee
 def on_node(node, command):
     result = node_shell(NAME, node, command)
     return result.returncode, result.stdout + result.stderr
+
+
+def boot_id(node):
+    """Read through docker exec: the local cluster's harness gives each container start a new one."""
+    return on_node(node, "cat /proc/sys/kernel/random/boot_id")[1].strip()
+
+
+def booted(node, timeout=120):
+    """systemd's state once the node's boot is over (docker restart returns before); read through docker exec."""
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        state = on_node(node, "systemctl is-system-running --wait")[1].strip()
+        if state in ("running", "degraded"):
+            break
+        time.sleep(0.5)  # PID 1 is still the init script, not yet systemd
+    return state
+
+
+def host_keys(node):
+    return on_node(node, "cat /etc/ssh/ssh_host_*_key.pub")[1]
 
 
 def installed(node):
@@ -93,6 +117,25 @@ def provision(world, *extra, playbook="provision.yml"):
         env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
 
 
+def test_nodes_boot_systemd_and_a_restart_is_a_reboot(world):
+    for node in ("node1", "node2"):
+        assert on_node(node, "cat /proc/1/comm")[1].strip() == "systemd", node
+        # Nothing failed at boot: not "degraded".
+        assert booted(node) == "running", (node, on_node(node, "systemctl --failed")[1])
+        assert on_node(node, "systemctl is-active ssh.service")[1].strip() == "active", node
+    before, keys = boot_id("node2"), host_keys("node2")
+    assert before and boot_id("node2") == before
+    subprocess.run(["docker", "restart", f"cntk-{NAME}-node2"], check=True, capture_output=True)
+    assert booted("node2") == "running", on_node("node2", "systemctl --failed")[1]
+    # sshd back at its address with its host keys (the inventory's known_hosts), as after a reboot.
+    ping = subprocess.run([str(Path(sys.executable).with_name("ansible")), "-i", str(INVENTORY), "node2",
+                           "-m", "ansible.builtin.ping"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    assert host_keys("node2") == keys
+    assert boot_id("node2") not in ("", before)
+
+
 def test_preflight_refuses_a_gpu_node_without_a_gpu(world):
     result = provision(world, playbook="preflight.yml")
     assert result.returncode != 0
@@ -132,8 +175,17 @@ def test_a_key_file_holding_another_key_too_is_refused_before_any_change(world, 
 
 
 def test_pinned_versions_are_installed_and_held_not_the_newer_ones(world):
+    boots = {node: boot_id(node) for node in ("node1", "node2")}
     result = provision(world, "-e", "nvidia_driver_without_gpu=true")
     assert result.returncode == 0, result.stdout[-6000:]
+    # The driver's package asked for a reboot: node1 rebooted (a new boot id), the flag went with the old
+    # boot's /run, and the play went on to the end (CUDA, cuDNN and NCCL below came after it).
+    reboot = result.stdout.split("TASK [nvidia_driver : Reboot to load the new driver]")[1].split("TASK [")[0]
+    assert re.search(r"^changed: \[node1\]", reboot, re.M), reboot
+    assert boot_id("node1") != boots["node1"]
+    assert boot_id("node2") == boots["node2"]  # the CPU node: no driver, no reboot
+    assert on_node("node1", "test -e /run/reboot-required")[0] != 0
+    assert recap(result.stdout)["node1"]["failed"] == 0
     assert installed("node1") == PINNED
     _, holds = on_node("node1", "apt-mark showhold")
     assert set(holds.split()) == set(PINNED)
@@ -151,9 +203,11 @@ def test_pinned_versions_are_installed_and_held_not_the_newer_ones(world):
 
 
 def test_second_run_changes_nothing(world):
+    boots = {node: boot_id(node) for node in ("node1", "node2")}
     result = provision(world, "-e", "nvidia_driver_without_gpu=true")
     assert result.returncode == 0, result.stdout[-6000:]
     assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), result.stdout[-4000:]
+    assert {node: boot_id(node) for node in boots} == boots  # nothing changed, no reboot
 
 
 def test_offline_installs_from_the_controllers_folder_with_the_repository_gone(world):
