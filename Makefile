@@ -1,9 +1,12 @@
 # The two commands the README starts with:
-#   make cluster   local cluster up (4 nodes) and `ansible-playbook site.yml` on it
+#   make cluster   local cluster up (4 systemd nodes, two NICs each) and `ansible-playbook site.yml` on it
 #   make test      every test: lint, syntax, unit tests, molecule (default, source_builds), end to end
 NODES ?= 4
 # cntk, numpy, or auto: cntk when its Python 3.6 can be had, else numpy (said in one line)
 BACKEND ?= auto
+# netns: every node in a network namespace of its own, a management and a fabric NIC (as on real
+# hardware); loopback: every node on one loopback address, for machines where namespaces cannot be made.
+NETWORK ?= netns
 VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -22,7 +25,7 @@ $(VENV)/.installed: requirements.txt training/requirements.txt
 	touch $@
 
 up: venv
-	$(PY) scripts/local_cluster.py up --nodes $(NODES) --backend $(BACKEND)
+	$(PY) scripts/local_cluster.py up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK)
 
 down: venv
 	$(PY) scripts/local_cluster.py down
