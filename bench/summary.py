@@ -204,7 +204,7 @@ def gap_split(train, ceiling):
         text += (f"; the copies at the ranks' local minibatch: {ceiling['local_ceiling_vs_1_rank']:.2f}x"
                  + ("" if ceiling.get("ranks_without_allreduce") is None else
                     f", the ranks with their Allreduce taken out: {ceiling['ranks_without_allreduce']:.2f}x "
-                    "(the rest of the gap is the ranks' lockstep and per-step work)"))
+                    "(the rest of the gap: the ranks' steps beside the Allreduce, slower than the copies')"))
     overlap = next((o for o in train.get("overlap") or []
                     if (o["model"], o["minibatch"], o["ranks"])
                     == (ceiling["model"], ceiling["minibatch"], ceiling["copies"])), None)

@@ -46,7 +46,7 @@ copies run twice: at the global minibatch (the 1-rank job as it is), and at
 the W ranks' local minibatch (global / W, the rows each rank computes a
 step), so that the W ranks' gap to the ceiling splits into the smaller
 local batch, the Allreduce (numpy: its exposed share of the step) and the
-rest (the ranks' lockstep: every step waits for the slower rank).
+rest (the ranks' steps beside the Allreduce, which rank 0 times with its waits for the slower rank).
 
 The numpy backend's W-rank rows run twice too: --allreduce overlap (the
 default: the output layer's gradient goes out in a non-blocking Allreduce
@@ -591,8 +591,8 @@ def markdown(f):
                 "global minibatch (the ceiling above); the copies at the ranks' local minibatch (global / W rows "
                 "a step each, what a rank computes); the W ranks as if their exposed Allreduce took no time "
                 "(ratio / (1 - Allreduce share); numpy only); the W ranks. From the second to the third: the ranks' "
-                "lockstep (every step waits for the slower rank) and what a rank does each step beyond the rows; "
-                "from the third to the fourth: the Allreduce.",
+                "steps beside the Allreduce running slower than the copies' (rank 0's Allreduce time includes its "
+                "waits for the slower rank); from the third to the fourth: the Allreduce.",
                 "",
                 "| backend | model | minibatch | W | copies, global minibatch | copies, local minibatch "
                 "| ranks, Allreduce free | ranks |",
@@ -634,8 +634,8 @@ def gap_reading(c):
     text = (f" Split: copies at the ranks' local minibatch {c['local_ceiling_vs_1_rank']:.2f}x "
             f"(at the global one {c['ceiling_vs_1_rank']:.2f}x)")
     if c.get("ranks_without_allreduce") is not None:
-        text += (f"; the ranks with a free Allreduce {c['ranks_without_allreduce']:.2f}x. The lockstep and a "
-                 f"rank's per-step work beyond its rows account for {c['local_ceiling_vs_1_rank']:.2f}x against "
+        text += (f"; the ranks with a free Allreduce {c['ranks_without_allreduce']:.2f}x. The ranks' steps beside "
+                 f"the Allreduce account for {c['local_ceiling_vs_1_rank']:.2f}x against "
                  f"{c['ranks_without_allreduce']:.2f}x, the Allreduce for {c['ranks_without_allreduce']:.2f}x "
                  f"against {c['ranks_ratio_vs_1_rank']:.2f}x")
     return text + "."
