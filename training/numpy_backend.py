@@ -104,24 +104,14 @@ class Model(object):
         p = self.views(theta)
         g = self.views(out[:self.size])
         if self.kind == "softmax":
-            Z = X @ p["W"]
-            Z += p["b"]
-            loss, dZ = softmax_cross_entropy(Z, Y)
-            np.matmul(X.T, dZ, out=g["W"])
-            dZ.sum(axis=0, out=g["b"])
-            out[-3:] = (loss, error_count(Z, Y), len(X))
+            output_layer(X, p["W"], p["b"], Y, g["W"], g["b"], out)
             if on_tail is not None:
                 on_tail(self.tail_start)
             return
         H = X @ p["W1"]
         H += p["b1"]
         A = np.maximum(H, 0.0)
-        Z = A @ p["W2"]
-        Z += p["b2"]
-        loss, dZ = softmax_cross_entropy(Z, Y)
-        np.matmul(A.T, dZ, out=g["W2"])
-        dZ.sum(axis=0, out=g["b2"])
-        out[-3:] = (loss, error_count(Z, Y), len(X))
+        dZ = output_layer(A, p["W2"], p["b2"], Y, g["W2"], g["b2"], out)
         progress = (on_tail(self.tail_start) if on_tail is not None else None) or (lambda: None)
         dH = dZ @ p["W2"].T
         dH *= H > 0
@@ -140,6 +130,18 @@ class Model(object):
 
     def accuracy(self, theta, X, Y):
         return 1.0 - error_rate(self.logits(theta, X), Y)
+
+
+def output_layer(A, W, b, Y, gW, gb, out):
+    """The softmax output layer on inputs A: its weights' and bias's summed gradients written into gW and gb,
+    the summed loss, the error count and the row count into out[-3:]; the gradient in its logits returned."""
+    Z = A @ W
+    Z += b
+    loss, dZ = softmax_cross_entropy(Z, Y)
+    np.matmul(A.T, dZ, out=gW)
+    dZ.sum(axis=0, out=gb)
+    out[-3:] = (loss, error_count(Z, Y), len(A))
+    return dZ
 
 
 def softmax_cross_entropy(Z, Y):
