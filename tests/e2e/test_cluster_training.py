@@ -408,7 +408,8 @@ def test_code_on_a_shared_filesystem_is_run_where_it_is(cluster, tmp_path):
 def test_a_replicated_set_leaves_the_controller_once_and_the_nodes_relay_it(cluster):
     """dataset_layout: replicate: the controller sends node1 its copy; node2 takes it from node1, node3 and node4
     from node1 and node2 (waves of relay_wave), each checked against the manifest's sha256; a node's damaged copy
-    is mended from its parent, not from the controller."""
+    is mended from its parent, not from the controller, and a damaged leftover in .incoming/ is never taken for a good
+    copy."""
     digits = ROOT / ".cache" / "datasets" / "digits"
     replicated = json.dumps({"cluster_dataset_name": "digitsrep", "dataset_layout": "replicate",
                              "dataset_train_source": str(digits / "train.ctf"),
@@ -426,10 +427,16 @@ def test_a_replicated_set_leaves_the_controller_once_and_the_nodes_relay_it(clus
     assert len(set(sums.values())) == 1, sums
 
     on_node("node4", "echo '|features 1 |labels 1' >> /srv/cntk/data/digitsrep/train.ctf")
+    # node3 lost its copy and holds, in .incoming/, a damaged leftover with the good file's size and mtime (an
+    # interrupted relay's): rsync's quick check must not take it for the good file.
+    on_node("node3", "cd /srv/cntk/data/digitsrep && cp -p train.ctf .incoming/train.ctf"
+                     " && printf X | dd of=.incoming/train.ctf bs=1 seek=100 conv=notrunc status=none"
+                     " && touch -r train.ctf .incoming/train.ctf && rm train.ctf")
     result = ansible_playbook("data.yml", "-e", replicated, "-v")
     assert changed_hosts("Send the missing or damaged data files") == []
-    assert changed_hosts("Take the data files from a node that holds them (wave 2)") == ["node4"]
-    assert on_node("node4", "sha256sum /srv/cntk/data/digitsrep/train.ctf").split()[0] == sums["node1"]
+    assert changed_hosts("Take the data files from a node that holds them (wave 2)") == ["node3", "node4"]
+    for node in ("node3", "node4"):
+        assert on_node(node, "sha256sum /srv/cntk/data/digitsrep/train.ctf").split()[0] == sums["node1"]
     for node in NODES:
         on_node(node, "rm -rf /srv/cntk/data/digitsrep")
 

@@ -181,6 +181,9 @@ def test_an_mpi_interface_the_node_lacks_or_that_misses_its_address_is_refused_a
 
 def test_second_site_run_changes_nothing_and_trains_nothing(cluster):
     # The numpy backend's converged site.yml: this is the suite's check of it (the cntk cluster has its own).
+    if cluster["suite"] == "trixie":
+        pytest.skip("on Debian 13, molecule's debian13 scenario makes this check (its idempotence step: the same "
+                    "netns layout, site.yml twice)")
     started = time.monotonic()
     result = cluster_helpers.ansible_playbook(cluster["inventory"], "site.yml")
     counts = recap(result.stdout)
