@@ -3,6 +3,7 @@
 keys as the inventory says (UserKnownHostsFile, StrictHostKeyChecking=yes)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,28 @@ def test_an_unknown_host_is_refused(cluster, tmp_path):
     finally:
         cluster.write_text(pinned)
     assert "node1 | UNREACHABLE" in result.stdout and REFUSED["mitogen_linear"] in result.stdout
+
+
+def test_commands_on_the_controller_may_use_every_cpu(tmp_path):
+    """Mitogen pins its workers, and the commands they start on the controller, to one CPU of two on a small
+    controller; the project's strategy shim turns that pinning off (plugins/strategy/mitogen_linear.py)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this process may use one CPU only: no narrowing to see")
+    playbook = tmp_path / "affinity.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.command: grep Cpus_allowed_list /proc/self/status\n"
+        "      register: affinity\n      changed_when: false\n"
+        "    - ansible.builtin.debug: {msg: 'CPUS={{ affinity.stdout.split()[-1] }}'}\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env.pop("ANSIBLE_STRATEGY", None)
+    result = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c",
+                             "local", "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    shown = re.search(r"CPUS=([0-9,-]+)", result.stdout).group(1)
+    cpus = set()
+    for part in shown.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    assert cpus == os.sched_getaffinity(0), shown

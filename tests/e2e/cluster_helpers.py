@@ -1,17 +1,23 @@
-"""What the end-to-end tests share: reading a play recap, and a shell on a test node.
+"""What the end-to-end tests share: reading a play recap, a shell on a test node, and the interface counters
+of a netns node read while site.yml runs.
 
-Nodes are inspected through `docker exec`, the harness's own channel; the
-playbooks under test connect over SSH with host keys checked."""
+Nodes are inspected through `docker exec` and `nsenter`, the harness's own channels; the playbooks under test
+connect over SSH with host keys checked."""
 
+import ipaddress
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import local_cluster  # noqa: E402
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 
 
@@ -47,3 +53,89 @@ def node_shell(cluster, node, command, timeout=120):
     """`sh -c command` on a node of a local test cluster (a CompletedProcess, output as text)."""
     return subprocess.run(["docker", "exec", f"cntk-{cluster}-{node}", "sh", "-c", command],
                           capture_output=True, text=True, timeout=timeout)
+
+
+# Where site.yml's output marks the windows the counters are read at: the data step, the job from mpirun's
+# start to its end (the results' fetch after it is Ansible's and rsync's), and the run's end.
+MARKS = {
+    "data": re.compile(r"^PLAY \[Data - "),
+    "train": re.compile(r"^PLAY \[Train - sort the nodes"),
+    "job": re.compile(r"^TASK \[train_job : Start mpirun on the head node"),
+    "job_end": re.compile(r"^TASK \[train_job : Bring the run's results back\]"),
+}
+
+
+def counters(cluster, nodes):
+    """{node: {interface: (rx bytes, tx bytes)}}, read inside each node's network namespace."""
+    found = {}
+    for node in nodes:
+        pid = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"cntk-{cluster}-{node}"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        shown = subprocess.run(["nsenter", "-t", pid, "-n", "ip", "-j", "-s", "link", "show"],
+                               capture_output=True, text=True, check=True).stdout
+        found[node] = local_cluster.interface_bytes(shown)
+    return found
+
+
+def site_with_counters(cluster, nodes, inventory, *extra, timeout=2400):
+    """site.yml to its end, the counters read as its output passes each mark: (CompletedProcess, {mark: counters}).
+    The marks a run did not pass are missing from the readings."""
+    readings = {"start": counters(cluster, nodes)}
+    proc = subprocess.Popen(playbook_argv(inventory, "site.yml", *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        for mark, pattern in MARKS.items():
+            if mark not in readings and pattern.match(line):
+                readings[mark] = counters(cluster, nodes)
+    proc.wait(timeout=timeout)
+    readings["end"] = counters(cluster, nodes)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), ""), readings
+
+
+def fabric_traffic(readings, nodes):
+    """{node: bytes in plus out on fab0 and mgmt0 in the data step's and the job's windows}."""
+    def delta(start, end, node, interface):
+        return sum(readings[end][node][interface]) - sum(readings[start][node][interface])
+    return {node: {"data_fabric": delta("data", "train", node, "fab0"),
+                   "data_mgmt": delta("data", "train", node, "mgmt0"),
+                   "job_fabric": delta("job", "job_end", node, "fab0"),
+                   "job_mgmt": delta("job", "job_end", node, "mgmt0")} for node in nodes}
+
+
+def check_netns_inventory(cluster, inventory):
+    """The inventory reaches the nodes on the management network and names the fabric NIC; MPI's interface
+    settings and the hostfile's names resolve to the fabric."""
+    hosts = yaml.safe_load((Path(inventory) / "hosts.yml").read_text())["all"]["children"]["cluster"][
+        "children"]["training"]["hosts"]
+    management, fabric = local_cluster.netns_subnets(cluster)
+    for hv in hosts.values():
+        assert hv["cluster_mpi_interface"] == "fab0"
+        assert ipaddress.ip_address(hv["ansible_host"]) in management
+        assert ipaddress.ip_address(hv["cluster_address"]) in fabric
+        assert hv["cluster_data_host"] == hv["cluster_address"]
+    mca = node_shell(cluster, "node1", "cat /etc/openmpi/openmpi-mca-params.conf").stdout
+    assert re.search(r"^btl_tcp_if_include = fab0$", mca, re.M), mca
+    resolved = node_shell(cluster, "node1", "getent hosts node2").stdout.split()[0]
+    assert resolved == hosts["node2"]["cluster_address"]
+
+
+def check_wrong_mpi_interface_refused(inventory, tmp_path):
+    """node1 names an interface it lacks (eth9), node2 its management NIC (mgmt0), which exists but does not
+    hold its cluster_address: both refused by preflight, before anything is provisioned."""
+    copy = tmp_path / "inventory"
+    shutil.copytree(inventory, copy)
+    hosts = yaml.safe_load((copy / "hosts.yml").read_text())
+    training = hosts["all"]["children"]["cluster"]["children"]["training"]["hosts"]
+    training["node1"]["cluster_mpi_interface"] = "eth9"
+    training["node2"]["cluster_mpi_interface"] = "mgmt0"
+    (copy / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    result = ansible_playbook(copy, "site.yml", check=False)
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0
+    assert "node1 has no interface eth9 (cluster_mpi_interface); it has fab0, lo, mgmt0." in out, out[-3000:]
+    assert (f"node2: cluster_address {training['node2']['cluster_address']} is not on mgmt0 "
+            "(cluster_mpi_interface, ") in out
+    assert "it is on fab0" in out
+    assert "PLAY [Provision" not in result.stdout

@@ -1,4 +1,6 @@
-"""Real CNTK 2.7 across a 4-node cluster of its own (`cntkreal`, 127.0.0.81..84).
+"""Real CNTK 2.7 across a 4-node cluster of its own (`cntkreal`) on the layout `make cluster` brings up: systemd
+nodes, each in a network namespace of its own with a management NIC (mgmt0: the controller, Ansible, SSH) and a
+fabric NIC (fab0: MPI, the SSH mesh, the data), each on a host bridge made by scripts/local_cluster.py.
 
 `local_cluster.py up --backend cntk` writes the inventory a user of the local
 cluster gets: CPU nodes, the controller's pyenv CPython 3.6.15 shipped to the
@@ -7,6 +9,11 @@ real cntk 2.7.post2 wheel from the matrix (downloaded once, sha256-checked),
 and one labelled STAND-IN: Debian's Open MPI 4.1 presented under the 1.10
 sonames the wheel links (Open MPI 1.10.7's tarball is out of reach here).
 site.yml then trains digits with 8 ranks, 2 per node, for real.
+
+The interface counters of each node, read in its namespace while site.yml runs, show that the data step's and the
+training job's bytes went over the fabric, the management network carrying only Ansible's own traffic; a
+cluster_mpi_interface that is missing, or that does not hold the node's cluster_address, is refused at preflight.
+This is Debian 12's row of the netns checks; tests/e2e/test_fabric_network.py is Debian 13's.
 
 Skipped where this machine has no pyenv CPython 3.6.15 (CI's machines have it).
 """
@@ -39,7 +46,8 @@ NODES = ["node1", "node2", "node3", "node4"]
 JOB = "digits-softmax"
 
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)"),
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nsenter") is None,
+                       reason="the netns layout needs root (Docker, debootstrap, ip, nsenter)"),
     pytest.mark.skipif(local_cluster.pyenv_python() is None,
                        reason="no pyenv CPython 3.6.15 on this machine: CNTK 2.7's wheel needs it"),
 ]
@@ -65,12 +73,20 @@ def cluster():
     # New nodes, and no runs on record from an earlier cluster of this name
     # (the controller's last_success.json would say the jobs are up to date).
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
-    up = subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.81", "--nodes=4",
-                                "--backend=cntk"], check=True, capture_output=True, text=True)
+    up = subprocess.run(TOOL + ["up", f"--name={NAME}", "--nodes=4", "--backend=cntk", "--network=netns"],
+                        capture_output=True, text=True)
+    if up.returncode != 0:
+        subprocess.run(TOOL + ["down", f"--name={NAME}"], capture_output=True)
+        pytest.fail(f"local_cluster.py up --network netns --backend cntk failed:\n{up.stdout}\n{up.stderr}")
     started = time.monotonic()
-    site = ansible_playbook("site.yml", timeout=2400)
-    yield {"up": up.stdout, "site": site.stdout, "seconds": time.monotonic() - started}
-    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    site, readings = cluster_helpers.site_with_counters(NAME, NODES, INVENTORY)
+    seconds = time.monotonic() - started
+    try:
+        if site.returncode != 0:
+            pytest.fail(f"site.yml failed:\n{site.stdout[-8000:]}")
+        yield {"up": up.stdout, "site": site.stdout, "seconds": seconds, "readings": readings}
+    finally:
+        subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
 
 
 def test_site_trains_digits_with_real_cntk_on_8_ranks(cluster):
@@ -95,6 +111,31 @@ def test_site_trains_digits_with_real_cntk_on_8_ranks(cluster):
     assert len(stand_ins) == 1 and "not Open MPI 1.10.7" in stand_ins[0]
     assert "Stand-ins in this run" in (run / "report.html").read_text()
     assert "MPI check: 8 ranks on node1, node2, node3, node4" in cluster["site"]
+
+
+def test_inventory_reaches_nodes_on_management_and_names_the_fabric_nic(cluster):
+    cluster_helpers.check_netns_inventory(NAME, INVENTORY)
+
+
+def test_the_data_and_the_jobs_bytes_went_over_the_fabric(cluster):
+    missing = set(cluster_helpers.MARKS) - set(cluster["readings"])
+    assert not missing, f"site.yml's output had no {sorted(missing)} mark:\n{cluster['site'][-4000:]}"
+    figures = cluster_helpers.fabric_traffic(cluster["readings"], NODES)
+    for node in NODES:
+        shards = on_node(node, "find /srv/cntk/data -type f -name '*.ctf' -printf '%s\\n'").split()
+        # Every byte of the node's data files came over the fabric; the management network carried only
+        # Ansible's own calls, far below.
+        assert figures[node]["data_fabric"] >= sum(map(int, shards)) > 0, figures
+        assert figures[node]["data_mgmt"] * 3 < figures[node]["data_fabric"], figures
+        # The job's Allreduces (MBs) between the nodes went over the fabric; the management network carried only
+        # the playbook's progress reads from the head node.
+        assert figures[node]["job_fabric"] > 1_000_000, figures
+        assert figures[node]["job_mgmt"] * 5 < figures[node]["job_fabric"], figures
+    print(f"site.yml {cluster['seconds']:.0f} s; bytes in+out per window: {json.dumps(figures)}")
+
+
+def test_an_mpi_interface_the_node_lacks_or_that_misses_its_address_is_refused_at_preflight(cluster, tmp_path):
+    cluster_helpers.check_wrong_mpi_interface_refused(INVENTORY, tmp_path)
 
 
 def test_nodes_run_the_shipped_python_and_the_real_wheel(cluster):
