@@ -62,7 +62,7 @@ molecule: venv
 	molecule test -s debian13
 
 # Open MPI, OpenSSL and CPython built from source (Debian's own sources as
-# pins, at -O0), once, and shipped to the second node: about 13 minutes at -O2.
+# pins, at -O0), once, and shipped to the second node: about 9 minutes on 2 cores.
 slow: venv
 	molecule test -s source_builds
 

@@ -5,8 +5,11 @@
 
 Uses a 4-node numpy cluster of its own (`speed`, 127.0.0.91..), converges it
 with one site.yml, then runs site.yml PAIRS times under each strategy,
-interleaved (linear, mitogen_linear, linear, ...), so that a change in the
-machine's load falls on both. Each run gets a fresh SSH control socket folder:
+interleaved (linear, mitogen_linear, mitogen_linear_pinned, linear, ...), so
+that a change in the machine's load falls on each. mitogen_linear is the
+project's shim (plugins/strategy/), which turns Mitogen's CPU pinning off;
+mitogen_linear_pinned is Mitogen's own plugin from its package, pinning on,
+as it was before the shim turned it off. Each run gets a fresh SSH control socket folder:
 linear pays for its own connections, as mitogen does. The cluster is removed
 at the end.
 
@@ -31,7 +34,7 @@ RESULTS = ROOT / "bench" / "results"
 TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
 NAME = "speed"
 NODES = 4
-STRATEGIES = ("linear", "mitogen_linear")
+STRATEGIES = ("linear", "mitogen_linear", "mitogen_linear_pinned")
 
 
 def changed(output):
@@ -52,6 +55,11 @@ def main():
     def site(strategy, label):
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_STRATEGY=strategy, ANSIBLE_SSH_CONTROL_PATH_DIR=str(sockets / label))
+        if strategy == "mitogen_linear_pinned":
+            # Mitogen's own strategy plugins in place of ansible.cfg's strategy_plugins.
+            import ansible_mitogen
+            env.update(ANSIBLE_STRATEGY="mitogen_linear",
+                       ANSIBLE_STRATEGY_PLUGINS=str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"))
         seconds, output = timed(playbook, env=env)
         return {"strategy": strategy, "seconds": round(seconds, 1), "changed": changed(output)}
 
@@ -74,6 +82,7 @@ def main():
         "runs": runs,
         "median_s": medians,
         "mitogen_to_linear_ratio": round(medians["mitogen_linear"] / medians["linear"], 2),
+        "unpinned_to_pinned_ratio": round(medians["mitogen_linear"] / medians["mitogen_linear_pinned"], 2),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "strategy.json").write_text(json.dumps(figures, indent=2) + "\n")
@@ -81,15 +90,18 @@ def main():
     table += [f"| {n} | {r['strategy']} | {r['seconds']} s | {r['changed']} |" for n, r in enumerate(runs, 1)]
     table += [f"| median | {s} | {medians[s]} s | |" for s in STRATEGIES]
     (RESULTS / "strategy.md").write_text(
-        f"# Converged site.yml, {NODES} nodes: linear vs mitogen_linear\n\n"
+        f"# Converged site.yml, {NODES} nodes: linear vs mitogen_linear (pinning off, the project's) vs "
+        "mitogen_linear_pinned (Mitogen's own plugin)\n\n"
         f"{figures['machine']}, {figures['date']}, 1-minute load average {figures['load_average_1m_before']}"
         " before the first run\n\n"
         f"Converging run (mitogen_linear): {converge['seconds']} s, changed={converge['changed']}\n\n"
         + "\n".join(table) + "\n\n"
         f"mitogen_linear / linear (medians): {figures['mitogen_to_linear_ratio']}\n"
+        f"mitogen_linear / mitogen_linear_pinned (medians): {figures['unpinned_to_pinned_ratio']}\n"
     )
     print("\n".join(table))
     print(f"mitogen_linear / linear: {figures['mitogen_to_linear_ratio']}")
+    print(f"mitogen_linear / mitogen_linear_pinned: {figures['unpinned_to_pinned_ratio']}")
     dirty = [r for r in runs if r["changed"]]
     if dirty:
         sys.exit(f"converged runs reported changes: {dirty}")
