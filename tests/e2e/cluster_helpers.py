@@ -94,14 +94,27 @@ def site_with_counters(cluster, nodes, inventory, *extra, timeout=2400):
     return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines), ""), readings
 
 
-def fabric_traffic(readings, nodes):
-    """{node: bytes in plus out on fab0 and mgmt0 in the data step's and the job's windows}."""
+def check_bytes_went_over_the_fabric(cluster, nodes, readings):
+    """Every byte of each node's data files came over fab0 in the data step, the management network carrying
+    only Ansible's own calls (a few kB, under a tenth of the data step's fabric bytes); the job's Allreduces
+    (MBs) went over fab0, mgmt0 carrying at most a fifth of that (the playbook's progress reads from the head
+    node). Returns {node: bytes in plus out per interface and window}."""
+    missing = set(MARKS) - set(readings)
+    assert not missing, f"site.yml's output had no {sorted(missing)} mark"
+
     def delta(start, end, node, interface):
         return sum(readings[end][node][interface]) - sum(readings[start][node][interface])
-    return {node: {"data_fabric": delta("data", "train", node, "fab0"),
-                   "data_mgmt": delta("data", "train", node, "mgmt0"),
-                   "job_fabric": delta("job", "job_end", node, "fab0"),
-                   "job_mgmt": delta("job", "job_end", node, "mgmt0")} for node in nodes}
+    figures = {node: {"data_fabric": delta("data", "train", node, "fab0"),
+                      "data_mgmt": delta("data", "train", node, "mgmt0"),
+                      "job_fabric": delta("job", "job_end", node, "fab0"),
+                      "job_mgmt": delta("job", "job_end", node, "mgmt0")} for node in nodes}
+    for node in nodes:
+        shards = node_shell(cluster, node, "find /srv/cntk/data -type f -name '*.ctf' -printf '%s\\n'").stdout.split()
+        assert figures[node]["data_fabric"] >= sum(map(int, shards)) > 0, figures
+        assert figures[node]["data_mgmt"] * 10 < figures[node]["data_fabric"], figures
+        assert figures[node]["job_fabric"] > 1_000_000, figures
+        assert figures[node]["job_mgmt"] * 5 < figures[node]["job_fabric"], figures
+    return figures
 
 
 def check_netns_inventory(cluster, inventory):

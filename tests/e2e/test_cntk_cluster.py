@@ -118,19 +118,7 @@ def test_inventory_reaches_nodes_on_management_and_names_the_fabric_nic(cluster)
 
 
 def test_the_data_and_the_jobs_bytes_went_over_the_fabric(cluster):
-    missing = set(cluster_helpers.MARKS) - set(cluster["readings"])
-    assert not missing, f"site.yml's output had no {sorted(missing)} mark:\n{cluster['site'][-4000:]}"
-    figures = cluster_helpers.fabric_traffic(cluster["readings"], NODES)
-    for node in NODES:
-        shards = on_node(node, "find /srv/cntk/data -type f -name '*.ctf' -printf '%s\\n'").split()
-        # Every byte of the node's data files came over the fabric; the management network carried only
-        # Ansible's own calls, far below.
-        assert figures[node]["data_fabric"] >= sum(map(int, shards)) > 0, figures
-        assert figures[node]["data_mgmt"] * 3 < figures[node]["data_fabric"], figures
-        # The job's Allreduces (MBs) between the nodes went over the fabric; the management network carried only
-        # the playbook's progress reads from the head node.
-        assert figures[node]["job_fabric"] > 1_000_000, figures
-        assert figures[node]["job_mgmt"] * 5 < figures[node]["job_fabric"], figures
+    figures = cluster_helpers.check_bytes_went_over_the_fabric(NAME, NODES, cluster["readings"])
     print(f"site.yml {cluster['seconds']:.0f} s; bytes in+out per window: {json.dumps(figures)}")
 
 
