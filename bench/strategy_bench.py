@@ -8,9 +8,9 @@ with one site.yml, then runs site.yml PAIRS times under each strategy,
 interleaved (linear, mitogen_linear, mitogen_linear_pinned, linear, ...), so
 that a change in the machine's load falls on each. mitogen_linear is the
 project's shim (plugins/strategy/), which turns Mitogen's CPU pinning off;
-mitogen_linear_pinned is Mitogen's own plugin from its package, pinning on,
-as it was before the shim turned it off. Each run gets a fresh SSH control socket folder:
-linear pays for its own connections, as mitogen does. The cluster is removed
+mitogen_linear_pinned is Mitogen's own plugin from its package, pinning on.
+Each run gets a fresh SSH control socket folder: linear pays for its own
+connections, as mitogen does. The cluster is removed
 at the end.
 
 Writes bench/results/strategy.json and bench/results/strategy.md.
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import ansible_mitogen
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster_bench import recap_totals, timed  # noqa: E402  (one run/recap helper for the benches)
@@ -57,7 +59,6 @@ def main():
                    ANSIBLE_STRATEGY=strategy, ANSIBLE_SSH_CONTROL_PATH_DIR=str(sockets / label))
         if strategy == "mitogen_linear_pinned":
             # Mitogen's own strategy plugins in place of ansible.cfg's strategy_plugins.
-            import ansible_mitogen
             env.update(ANSIBLE_STRATEGY="mitogen_linear",
                        ANSIBLE_STRATEGY_PLUGINS=str(Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"))
         seconds, output = timed(playbook, env=env)
