@@ -80,3 +80,22 @@ def test_a_symlinked_data_folder_does_not_make_root_write_or_chown_elsewhere(clu
         on_node("node1", "rm -f /srv/cntk/data/digits")
     ansible_playbook(INVENTORY, "playbooks/data.yml")
     assert "manifest.json" in on_node("node1", "ls /srv/cntk/data/digits").split()
+
+
+@pytest.mark.parametrize("folder", ["/srv/cntk/jobs", "/srv/cntk/data"])
+def test_a_training_user_folder_swapped_for_a_link_is_refused_and_its_parent_taken_back(cluster, folder):
+    # Issue 27, finding 1, as main left a node: /srv/cntk the training user's
+    # (the file module gave it the folder's owner), the folder swapped for a
+    # link to a root-owned folder. On main the next provisioning run (rc 0)
+    # left the link's target cntk:cntk 750.
+    on_node("node2", "mkdir -p /etc/cntk-victim3 && chmod 755 /etc/cntk-victim3 && chown cntk:cntk /srv/cntk")
+    on_node("node2", f"su cntk -c 'mv {folder} {folder}.moved && ln -s /etc/cntk-victim3 {folder}'")
+    try:
+        result = ansible_playbook(INVENTORY, "site.yml", "--tags", "base", "--limit", "node2", check=False)
+        assert result.returncode != 0
+        assert f"{folder} is a symlink (to /etc/cntk-victim3) where a folder is expected" in result.stdout
+        assert on_node("node2", "stat -c '%U:%G %a' /etc/cntk-victim3").strip() == "root:root 755"
+        assert on_node("node2", "stat -c '%U:%G %a' /srv/cntk").strip() == "root:root 755"
+    finally:
+        on_node("node2", f"rm -f {folder} && mv {folder}.moved {folder}")
+    ansible_playbook(INVENTORY, "site.yml", "--tags", "base", "--limit", "node2")

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -123,6 +124,23 @@ def train_job_source_digest(source, excludes=()):
     return digest.hexdigest()
 
 
+def _special_bits(source, excludes):
+    """The job's files and folders (as sent) that carry setuid, setgid or sticky bits."""
+    found = []
+    for relative in train_job_source_files(source, excludes):
+        path = Path(source) / relative
+        for candidate in [path] + [Path(source) / parent for parent in Path(relative).parents if str(parent) != "."]:
+            try:
+                mode = candidate.lstat().st_mode
+            except OSError:
+                continue
+            if not stat.S_ISLNK(mode) and mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
+                name = candidate.relative_to(source).as_posix()
+                if name not in found:
+                    found.append(name)
+    return found
+
+
 def train_job_input_problems(spec):
     """What is wrong with the job's input, each naming the value and the fix; [] when nothing.
 
@@ -149,6 +167,12 @@ def train_job_input_problems(spec):
         elif not os.path.isfile(real_entry):
             problems.append(f"train_job_entry={entry} is not a file in train_job_source={source}: name the script "
                             "that starts your job")
+    if not shared and os.path.isdir(source):
+        special = _special_bits(source, spec.get("exclude") or ())
+        if special:
+            problems.append(f"train_job_source={source} holds set-user-ID, set-group-ID or sticky files: "
+                            f"{', '.join(special[:5])}{' ...' if len(special) > 5 else ''}; root installs the "
+                            "code on every node and keeps no such bit: clear them (chmod ug-s,-t FILE)")
     args = spec.get("args")
     if not isinstance(args, Mapping) and not (isinstance(args, (list, tuple))
                                               and all(isinstance(arg, str) for arg in args)):
