@@ -21,6 +21,11 @@ def inventory(n=3, **overrides):
     return hostvars, groups
 
 
+def everywhere(**values):
+    """Cluster-wide values set for the group (a per-host override of them is refused)."""
+    return inventory(**{f"gpu0{i}": values for i in range(1, 4)})
+
+
 def problems(hostvars, groups):
     return cluster_inventory_problems(hostvars, groups)
 
@@ -126,14 +131,14 @@ def test_unknown_backend_is_named():
 
 
 def test_openmpi_standin_only_when_asked_by_name():
-    [problem] = problems(*inventory(gpu01={"cluster_backend": "cntk", "cluster_mpi_method": "standin"}))
+    [problem] = problems(*everywhere(cluster_backend="cntk", cluster_mpi_method="standin"))
     assert "cluster_openmpi_standin: true" in problem
-    assert problems(*inventory(gpu01={"cluster_backend": "cntk", "cluster_mpi_method": "standin",
-                                      "cluster_openmpi_standin": True})) == []
+    assert problems(*everywhere(cluster_backend="cntk", cluster_mpi_method="standin",
+                                cluster_openmpi_standin=True)) == []
 
 
 def test_openmpi_standin_needs_the_cntk_backend():
-    [problem] = problems(*inventory(gpu01={"cluster_backend": "numpy", "cluster_openmpi_standin": True}))
+    [problem] = problems(*everywhere(cluster_backend="numpy", cluster_openmpi_standin=True))
     assert "cluster_backend='numpy'" in problem and "set cluster_backend: cntk" in problem
 
 

@@ -50,3 +50,44 @@ def test_an_environment_name_that_would_be_shell_code_is_refused(key):
 def test_a_host_name_with_a_newline_is_refused():
     found = problems(host="node1\nnode9")
     assert any("is not a host name" in problem for problem in found)
+
+
+def cluster(**per_host):
+    """Two nodes; per_host maps a host to the values only it overrides."""
+    hostvars = {host: {**GOOD, "ansible_host": f"10.9.0.{i}", **per_host.get(host, {})}
+                for i, host in enumerate(("node1", "node2"), 1)}
+    return cluster_inventory_problems(hostvars, {"all": list(hostvars), "cluster": list(hostvars),
+                                                 "training": list(hostvars)})
+
+
+# Issue 27, finding 2: main read the names from the first node only, so a
+# hostile value set for another host passed.
+@pytest.mark.parametrize("name, value", [("train_job_name", ".."), ("cluster_dataset_name", "../../etc"),
+                                         ("train_job_env", {"A;B": "1"}), ("cluster_mpi_interface", "eth1\nx")])
+def test_a_per_host_override_of_a_cluster_wide_value_is_refused(name, value):
+    [problem] = cluster(node2={name: value})
+    assert problem.startswith(f"{name} differs between nodes (")
+    assert "node2: " + repr(value) in problem and "set it once for the cluster" in problem
+
+
+def test_a_per_host_secret_environment_is_refused_without_showing_it():
+    [problem] = cluster(node2={"train_job_secret_env": {"TOKEN": "s3cret"}})
+    assert "train_job_secret_env differs between nodes" in problem and "s3cret" not in problem
+
+
+@pytest.mark.parametrize("value", ["eth1\nrm -rf /", "eth 1", "", "a" * 16, "$(id)"])
+def test_an_mpi_interface_that_is_not_an_interface_name_is_refused(value):
+    [problem] = problems(cluster_mpi_interface=value)
+    assert problem.startswith(f"cluster_mpi_interface={value!r}")
+
+
+@pytest.mark.parametrize("name, value", [("cluster_jobs_dir", "srv/jobs"), ("cluster_jobs_dir", "/srv/../etc"),
+                                         ("cluster_data_dir", "/srv/data\n/etc"), ("cluster_data_dir", "/")])
+def test_a_folder_that_is_not_an_absolute_clean_path_is_refused(name, value):
+    [problem] = problems(**{name: value})
+    assert problem.startswith(f"{name}={value!r}")
+
+
+def test_a_cluster_name_with_a_newline_is_refused():
+    [problem] = problems(cluster_name="rack1\n127.0.0.1 evil")
+    assert "is not a short name" in problem

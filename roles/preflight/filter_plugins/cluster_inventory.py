@@ -2,7 +2,9 @@
 
 `cluster_inventory_problems(hostvars, groups)` returns one message per
 problem, each naming the host, the value and the fix; an empty list means the
-inventory is sound. It reads the inventory only and changes nothing.
+inventory is sound. It reads the inventory only and changes nothing. Values
+one run uses for every node are checked on the first node and must be the
+same on every other (a per-host override is refused, naming the hosts).
 
 `ansible_facts | mpi_interface_problem(interface, address, host)` checks one
 node's facts: cluster_mpi_interface must be one of its interfaces and hold
@@ -22,6 +24,19 @@ IGNORED_HOSTS = {"localhost", "127.0.0.1"}
 PATH_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+# A Linux interface name (IFNAMSIZ 16, NUL included); it becomes a word of
+# mpirun's command line and a line of system files.
+INTERFACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$")
+FOLDER_RE = re.compile(r"^(/[A-Za-z0-9._+-]+)+$")
+# Values one run uses for every node (one MPI job, one user, one set of
+# folders): a per-host override would be checked on one node and used on
+# another. The secret environment's values are never shown.
+CLUSTER_WIDE = ("cluster_name", "cluster_training_user", "cluster_training_uid", "cluster_mpi_interface",
+                "cluster_openmpi_standin", "cluster_mpi_method", "cluster_dataset_name", "cluster_data_dir",
+                "cluster_jobs_dir", "cluster_dataset_shared_dir", "train_job_name", "train_job_source",
+                "train_job_entry", "train_job_args", "train_job_env", "train_job_secret_env")
+SECRET = ("train_job_secret_env",)
+MISSING = object()
 
 
 def _is_positive_int(value):
@@ -72,11 +87,40 @@ def _cluster_wide(first_vars):
             "posing as 1.10 for test machines; set cluster_openmpi_standin: true to ask for it, or remove "
             "cluster_mpi_method to build the pinned Open MPI 1.10")
     interface = first_vars.get("cluster_mpi_interface")
-    if not interface or not isinstance(interface, str):
+    if not isinstance(interface, str) or not INTERFACE_RE.fullmatch(interface):
         problems.append(
             f"cluster_mpi_interface={interface!r}: name the network interface MPI uses on every node "
             "(for example eth1; `lo` on the local cluster)"
         )
+    for name in ("cluster_data_dir", "cluster_jobs_dir"):
+        folder = first_vars.get(name)
+        if folder is not None and (not isinstance(folder, str) or not FOLDER_RE.fullmatch(folder)
+                                   or ".." in folder.split("/") or "." in folder.split("/")):
+            problems.append(f"{name}={folder!r}: give an absolute folder path of letters, digits, '.', '_', '+' "
+                            "or '-' (no '..', spaces or newlines), e.g. /srv/cntk/jobs")
+    return problems
+
+
+def _differing(hostvars, nodes):
+    """One message per cluster-wide value that a node overrides with another value."""
+    problems = []
+    for name in CLUSTER_WIDE:
+        by_value = {}
+        for host in nodes:
+            value = hostvars[host].get(name, MISSING)
+            key = repr(value) if not isinstance(value, dict) else repr(sorted(value.items(), key=repr))
+            by_value.setdefault(key, (value, []))[1].append(host)
+        if len(by_value) < 2:
+            continue
+        if name in SECRET:
+            shown = "; ".join(", ".join(hosts) for _, hosts in by_value.values())
+            problems.append(f"{name} differs between nodes ({shown} each have their own): the job runs with one "
+                            "environment; set it once for the cluster (group_vars/all.yml), not per host")
+            continue
+        shown = "; ".join(f"{', '.join(hosts)}: {'(not set)' if value is MISSING else repr(value)}"
+                          for value, hosts in by_value.values())
+        problems.append(f"{name} differs between nodes ({shown}): one run uses it for every node; set it once "
+                        "for the cluster (group_vars/all.yml), not per host")
     return problems
 
 
@@ -129,6 +173,7 @@ def cluster_inventory_problems(hostvars, groups):
 
     problems += _cluster_wide(hostvars[nodes[0]])
     problems += _names(hostvars[nodes[0]])
+    problems += _differing(hostvars, nodes)
     for host in nodes:
         if not HOST_RE.fullmatch(host):
             problems.append(f"{host!r} is not a host name (letters, digits, '.', '-', '_'): it becomes a line of "
