@@ -74,8 +74,9 @@ def run_files(platform):
         "stop_reason": STOP_REASON, "exit_code": EXIT_CODE, "heartbeat": HEARTBEAT, "launcher_log": launcher_log,
         "output_dir": OUTPUT_DIR, "logs_dir": LOGS_DIR, "report": REPORT, "metrics": METRICS,
         "stop_request": STOP_REQUEST, "reserved": reserved_names(platform),
-        # The run's records on the head node, fetched beside rank 0's output.
-        "records": [JOB, HOSTFILE, launcher_log, STOP_REASON, EXIT_CODE],
+        # The run's records on the head node, fetched beside rank 0's output. Not job.json: the
+        # controller writes its own before the launch (the node's is the training user's).
+        "records": [HOSTFILE, launcher_log, STOP_REASON, EXIT_CODE],
     }
 
 

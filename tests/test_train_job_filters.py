@@ -245,7 +245,8 @@ def test_run_files_name_each_platforms_launcher_log():
     linux, windows = tj.train_job_run_files("Linux"), tj.train_job_run_files("Windows")
     assert linux["launcher_log"] == "mpirun.log" and windows["launcher_log"] == "mpiexec.log"
     assert "job.json" in linux["reserved"] and "report.html" in linux["reserved"]
-    assert linux["records"] == ["job.json", "hostfile", "mpirun.log", "stop_reason", "exit_code"]
+    # job.json is the controller's own record (written before the launch), never the node's copy.
+    assert linux["records"] == ["hostfile", "mpirun.log", "stop_reason", "exit_code"]
     assert {key: value for key, value in linux.items() if key not in ("launcher_log", "records", "reserved")} == \
         {key: value for key, value in windows.items() if key not in ("launcher_log", "records", "reserved")}
 
@@ -254,4 +255,4 @@ def test_filters_are_registered():
     assert set(tj.FilterModule().filters()) == {
         "train_job_program_args", "train_job_job_env", "train_job_command", "train_job_source_digest",
         "train_job_source_files", "train_job_input_problems", "train_job_fingerprint", "train_job_run_files",
-        "train_job_failure", "train_job_fetch_list"}
+        "train_job_failure", "train_job_fetch_list", "train_job_part_digests", "train_job_plan"}

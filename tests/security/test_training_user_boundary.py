@@ -1,10 +1,9 @@
-"""What the training user and a rotated key can do to the SSH mesh, on a
-2-node local cluster of its own (`sec`, 127.0.0.71..): root never acts
-through the user's ~/.ssh, and the cluster key is the only key admitted."""
+"""What the training user and a rotated key can do, on the security tests'
+2-node local cluster (conftest.py): root never acts through the user's
+~/.ssh or folders, and the cluster key is the only key admitted."""
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from cluster_helpers import ansible_playbook, node_shell  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "sec"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
 KEYS = ROOT / ".secrets" / NAME
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
@@ -33,13 +31,8 @@ def mesh(*extra, check=True):
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
-    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.71", "--nodes=2", "--backend=numpy"],
-                   check=True, capture_output=True, text=True)
-    mesh()
-    yield
-    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+def cluster(sec_cluster):
+    return sec_cluster
 
 
 def test_a_rotated_cluster_key_leaves_the_old_one_refused(cluster):

@@ -1,0 +1,104 @@
+"""Take or release the cluster's lock on the head node, naming its holder.
+
+The holder is this ansible-playbook process: the controller's host name and
+boot, the process's pid and its start time (a pid reused after a reboot or by
+another program is not the holder). A lock whose holder is a process of this
+controller that is gone (Ctrl-C, a killed run) is stale and taken over, said
+in one line; a lock held from another controller is refused, naming it, unless
+cluster_lock_break is set.
+"""
+
+import getpass
+import os
+import socket
+import time
+from pathlib import Path
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+
+def _boot_id():
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid):
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), '' when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    return fields[19] if len(fields) > 19 else ""
+
+
+def this_holder(step):
+    pid = os.getppid()  # the worker's parent: ansible-playbook itself
+    controller, boot, start = socket.gethostname(), _boot_id(), _process_start(pid)
+    return {"token": f"{controller}/{boot}/{pid}/{start}", "step": step, "controller": controller,
+            "boot_id": boot, "pid": pid, "user": getpass.getuser(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def is_stale(holder, ours):
+    """A holder on this controller, this boot, whose process is gone; or one from an earlier boot of it."""
+    if holder.get("controller") != ours["controller"]:
+        return False
+    if holder.get("boot_id") != ours["boot_id"]:
+        return True
+    pid = holder.get("pid")
+    return not isinstance(pid, int) or f"{ours['controller']}/{ours['boot_id']}/{pid}/{_process_start(pid)}" \
+        != holder.get("token")
+
+
+def describe(holder):
+    return (f"{holder.get('step', 'a step')} run by {holder.get('user', '?')}@{holder.get('controller', '?')} "
+            f"(ansible-playbook pid {holder.get('pid', '?')}, since {holder.get('started', '?')})")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("path", "state", "step", "break_lock", "running", "node"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        state, node = args.get("state", "held"), args.get("node", "the head node")
+        ours = this_holder(args.get("step", "a step"))
+        module_args = {"path": args["path"], "state": state, "holder": ours}
+        if state == "held" and args.get("running"):
+            module_args["running"] = args["running"]
+        answer = self._execute_module("cluster_lock", module_args=module_args, task_vars=task_vars)
+        if answer.get("failed"):
+            raise AnsibleActionFail(f"{node}: the cluster lock {args['path']}: {answer.get('msg')}")
+        if state == "released":
+            result.update(changed=False, released=answer.get("released", False))
+            return result
+        holder = answer.get("holder") or {}
+        if not answer.get("taken") and not answer.get("running"):
+            stale = is_stale(holder, ours)
+            if stale or args.get("break_lock"):
+                display.warning(f"{node}: took over the cluster lock from {describe(holder)}: "
+                                + ("that run ended without giving it back." if stale
+                                   else "cluster_lock_break is set."))
+                answer = self._execute_module("cluster_lock", module_args=dict(module_args, replace=holder),
+                                              task_vars=task_vars)
+                holder = answer.get("holder") or {}
+        if answer.get("running"):
+            raise AnsibleActionFail(
+                f"{node}: job {', run '.join(answer['running'][0].split(' '))} is running there; "
+                f"{ours['step']} would change what it uses, so nothing was changed. Wait for it to end, "
+                "or stop it (Ctrl-C where its playbook runs, or ansible-playbook playbooks/stop.yml), then run "
+                "this again.")
+        if not answer.get("taken"):
+            raise AnsibleActionFail(
+                f"{node}: the cluster is locked by {describe(holder)}; one step at a time changes what a job "
+                f"uses, so {ours['step']} changed nothing. Wait for that run to end; if it is gone for good "
+                f"(its controller crashed), run again with -e cluster_lock_break=true.")
+        result.update(changed=False, holder=ours)
+        return result

@@ -1,0 +1,171 @@
+#!/usr/bin/python
+"""The cluster's lock, on the head node: one step at a time changes what a job uses."""
+
+DOCUMENTATION = r"""
+module: cluster_lock
+short_description: Take or release the cluster's lock on the head node
+description:
+  - The lock is a root-owned folder holding C(holder.json). It is taken by
+    renaming a full folder into place (rename(2) is atomic and fails on a
+    folder that is not empty), so two runs a second apart cannot both hold it
+    and a lock is never seen half-written.
+  - Called by the C(cluster_lock) action plugin, which names the holder and
+    decides whether a lock is stale (its run's controller process is gone).
+  - With I(running), a taken lock is given back at once when a job's run.sh
+    is alive on this node (data and provisioning must not change what it uses).
+options:
+  path: {description: The lock folder (its parent is made root's, 0755)., type: path, required: true}
+  state: {description: held or released., type: str, choices: [held, released], default: held}
+  holder: {description: Who takes the lock (token, step, controller, user, pid, started)., type: dict, required: true}
+  replace: {description: A stale holder to take the lock from (only if it still holds it)., type: dict}
+  running:
+    description: jobs_dir (and pid_file, exit_file), to look for a live run as running_runs.sh does.
+    type: dict
+"""
+
+import errno
+import json
+import os
+import shutil
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+
+HOLDER = "holder.json"
+# A run folder's files (scripts/job_files.py: PID, EXIT_CODE).
+PID_FILE, EXIT_FILE = "pid", "exit_code"
+
+
+def read_holder(path):
+    """The holder of the lock at path, {} when it is free (or held by a folder without a readable holder)."""
+    try:
+        fd = os.open(os.path.join(path, HOLDER), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return {} if not os.path.lexists(path) else {"token": "unreadable"}
+    with os.fdopen(fd) as handle:
+        try:
+            return json.loads(handle.read(4096))
+        except ValueError:
+            return {"token": "unreadable"}
+
+
+def _staged(path, holder):
+    staging = f"{path}.{os.getpid()}.new"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.mkdir(staging, 0o700)
+    with open(os.path.join(staging, HOLDER), "w") as handle:
+        json.dump(holder, handle)
+    return staging
+
+
+def take(path, holder, replace=None):
+    """(taken, holder now): taken is True when this holder holds the lock after the call."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, 0o755, exist_ok=True)
+    staging = _staged(path, holder)
+    try:
+        for _ in range(3):
+            try:
+                os.rename(staging, path)
+                return True, holder
+            except OSError as error:
+                if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+            current = read_holder(path)
+            if not current:
+                continue  # released meanwhile: try again
+            if current.get("token") == holder["token"]:
+                return True, current
+            if replace is None or current.get("token") != replace.get("token"):
+                return False, current
+            # The stale lock moves aside; a second taker of the same stale lock finds it gone and retries.
+            aside = f"{path}.{os.getpid()}.stale"
+            try:
+                os.rename(path, aside)
+            except FileNotFoundError:
+                continue
+            shutil.rmtree(aside, ignore_errors=True)
+            replace = None
+        return False, read_holder(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def release(path, holder):
+    """True when this holder's lock was removed; another holder's lock is left alone."""
+    if read_holder(path).get("token") != holder["token"]:
+        return False
+    aside = f"{path}.{os.getpid()}.released"
+    os.rename(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
+
+
+def _small_file(path):
+    """The first bytes of a regular file, never through a link or a FIFO; None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 16).decode(errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def live_runs(jobs_dir, pid_file, exit_file):
+    """'<job> <run id>' of every run whose run.sh is alive and has written no exit code."""
+    found = []
+    try:
+        jobs = sorted(os.listdir(jobs_dir))
+    except OSError:
+        return found
+    for job in jobs:
+        runs_dir = os.path.join(jobs_dir, job, "runs")
+        try:
+            runs = sorted(os.listdir(runs_dir)) if not os.path.islink(os.path.join(jobs_dir, job)) else []
+        except OSError:
+            continue
+        for run in runs:
+            folder = os.path.join(runs_dir, run)
+            if os.path.lexists(os.path.join(folder, exit_file)):
+                continue
+            pid = (_small_file(os.path.join(folder, pid_file)) or "").strip()
+            if pid.isdigit() and int(pid) > 1 and os.path.exists(f"/proc/{pid}"):
+                found.append(f"{job} {run}")
+    return found
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "state": {"type": "str", "choices": ["held", "released"], "default": "held"},
+            "holder": {"type": "dict", "required": True},
+            "replace": {"type": "dict"},
+            "running": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    path, holder = module.params["path"], module.params["holder"]
+    if module.params["state"] == "released":
+        released = False if module.check_mode else release(path, holder)
+        module.exit_json(changed=False, released=released)
+    if module.check_mode:
+        current = read_holder(path)
+        module.exit_json(changed=False, taken=not current or current.get("token") == holder["token"],
+                         holder=current or holder, running=[])
+    taken, current = take(path, holder, module.params["replace"])
+    running = []
+    if taken and module.params["running"]:
+        spec = module.params["running"]
+        running = live_runs(spec["jobs_dir"], spec.get("pid_file", PID_FILE), spec.get("exit_file", EXIT_FILE))
+        if running:
+            release(path, holder)
+            taken = False
+    # The lock is bookkeeping, not a change to the node.
+    module.exit_json(changed=False, taken=taken, holder=current, running=running)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""One 2-node local cluster (`sec`, 127.0.0.71..) for the security tests that
+need nodes, converged once by site.yml (numpy backend) and shared."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from cluster_helpers import ansible_playbook  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "sec"
+INVENTORY = ROOT / ".cluster" / NAME / "inventory"
+ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
+TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+
+
+@pytest.fixture(scope="session")
+def sec_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the local cluster needs root (Docker, debootstrap)")
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.71", "--nodes=2", "--backend=numpy"],
+                   check=True, capture_output=True, text=True)
+    ansible_playbook(INVENTORY, "site.yml")
+    yield INVENTORY
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)

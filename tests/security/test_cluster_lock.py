@@ -1,0 +1,105 @@
+"""Finding 6 (issue 27), at the lock itself: one holder at a time, however
+close together the takers come; a holder's lock is given back only by it; a
+lock left by a run of this controller that is gone is stale. On main there was
+no lock: two train runs a second apart both ran (the cluster test is in
+test_train_runs.py)."""
+
+import importlib.util
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+import cluster_lock as lock
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("cluster_lock_action", ROOT / "plugins" / "action" / "cluster_lock.py")
+action = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(action)
+
+
+def holder(token):
+    return {"token": token, "step": "train", "controller": "c", "user": "u", "pid": 1, "started": "now"}
+
+
+def test_one_holder_at_a_time(tmp_path):
+    path = str(tmp_path / "lock")
+    assert lock.take(path, holder("a")) == (True, holder("a"))
+    assert lock.take(path, holder("b")) == (False, holder("a"))
+    assert lock.take(path, holder("a"))[0]  # its own holder again
+    assert not lock.release(path, holder("b")) and os.path.isdir(path)
+    assert lock.release(path, holder("a")) and not os.path.exists(path)
+    assert lock.take(path, holder("b"))[0]
+
+
+def test_a_stale_holder_is_replaced_only_while_it_still_holds(tmp_path):
+    path = str(tmp_path / "lock")
+    lock.take(path, holder("old"))
+    assert lock.take(path, holder("new"), replace=holder("gone")) == (False, holder("old"))
+    assert lock.take(path, holder("new"), replace=holder("old")) == (True, holder("new"))
+    assert lock.read_holder(path) == holder("new")
+
+
+def _race(path, token, start, results):
+    start.wait()
+    results.put((token, lock.take(path, holder(token))[0]))
+
+
+def test_takers_racing_get_one_holder(tmp_path):
+    path = str(tmp_path / "lock")
+    context = multiprocessing.get_context("fork")
+    start, results = context.Event(), context.Queue()
+    workers = [context.Process(target=_race, args=(path, f"t{i}", start, results)) for i in range(16)]
+    for worker in workers:
+        worker.start()
+    start.set()
+    outcomes = dict(results.get(timeout=30) for _ in workers)
+    for worker in workers:
+        worker.join()
+    winners = [token for token, taken in outcomes.items() if taken]
+    assert len(winners) == 1 and lock.read_holder(path)["token"] == winners[0]
+    assert os.listdir(tmp_path) == ["lock"]  # no staging folder left behind
+
+
+def run_folder(tmp_path, pid_content, *, exit_code=False):
+    folder = tmp_path / "jobs" / "digits-mlp" / "runs" / "20261203T000000Z"
+    folder.mkdir(parents=True)
+    if pid_content is not None:
+        (folder / lock.PID_FILE).write_text(pid_content)
+    if exit_code:
+        (folder / lock.EXIT_FILE).write_text("0\n")
+    return folder
+
+
+def test_a_live_run_is_found(tmp_path):
+    run_folder(tmp_path, f"{os.getpid()}\n")
+    assert lock.live_runs(str(tmp_path / "jobs"), lock.PID_FILE, lock.EXIT_FILE) == ["digits-mlp 20261203T000000Z"]
+
+
+@pytest.mark.parametrize("case", ["ended", "dead", "fifo", "link", "minus-one"])
+def test_a_run_that_is_not_alive_or_a_hostile_pid_file_is_not_a_live_run(tmp_path, case):
+    folder = run_folder(tmp_path, None if case in ("fifo", "link") else "-1\n" if case == "minus-one"
+                        else "999999999\n" if case == "dead" else f"{os.getpid()}\n", exit_code=case == "ended")
+    if case == "fifo":
+        os.mkfifo(folder / lock.PID_FILE)  # read without O_NONBLOCK, this would hang
+    if case == "link":
+        (tmp_path / "real").write_text(f"{os.getpid()}\n")
+        os.symlink(tmp_path / "real", folder / lock.PID_FILE)
+    assert lock.live_runs(str(tmp_path / "jobs"), lock.PID_FILE, lock.EXIT_FILE) == []
+
+
+def test_the_run_file_names_are_the_protocols():
+    import job_files
+    assert (lock.PID_FILE, lock.EXIT_FILE) == (job_files.PID, job_files.EXIT_CODE)
+
+
+def test_stale_means_this_controller_and_a_process_that_is_gone():
+    ours = action.this_holder("data")
+    me = dict(ours, pid=os.getpid(),
+              token=f"{ours['controller']}/{ours['boot_id']}/{os.getpid()}/{action._process_start(os.getpid())}")
+    assert not action.is_stale(me, ours)
+    assert action.is_stale(dict(me, token=me["token"] + "0"), ours)  # the pid now runs another process
+    assert action.is_stale(dict(me, pid=999999999), ours)
+    assert action.is_stale(dict(me, boot_id="an earlier boot"), ours)
+    assert not action.is_stale(dict(me, controller="another-controller", pid=999999999), ours)
