@@ -27,9 +27,17 @@ display = Display()
 
 SEPARATOR = "@@train_job_follow@@"
 # Past the job's own time limit, how long the follower waits for run.sh to
-# have stopped it; and how many polls in a row the head node may miss.
+# have stopped it; and, with no heartbeat timeout, how many polls in a row
+# the head node may miss.
 DEADLINE_GRACE_S = 120
 MISSED_POLLS = 10
+# What one poll reads and how long it may take on the head node: the run
+# folder is the training user's, who could make any file there a FIFO, a
+# device or one line of gigabytes.
+PROBE_SECONDS = 20
+METRICS_TAIL_BYTES = 64 * 1024
+RECORD_BYTES = 4096
+LOG_TAIL_BYTES = 256 * 1024
 
 
 def progress_line(name, record):
@@ -71,9 +79,18 @@ def mpirun_failure(text, layout):
     return None, None, None
 
 
-def _plain(name):
-    """A shell command printing a file of the run folder, unless it is a symlink."""
-    return f"{{ [ ! -L {name} ] && cat {name}; }} 2>/dev/null"
+def _plain(name, limit=RECORD_BYTES):
+    """A shell command printing the last `limit` bytes of a regular file of the run folder (never a symlink,
+    a FIFO or a device)."""
+    return f"{{ [ ! -L {name} ] && [ -f {name} ] && tail -c {limit} {name}; }} 2>/dev/null"
+
+
+def probe_script(run_dir):
+    """One poll, as the training user: touch the heartbeat, print the exit code (if any), the separator and
+    the metrics file's last line, reading at most METRICS_TAIL_BYTES of it and nothing but regular files."""
+    return (f"cd {shlex.quote(run_dir)} && touch -h {job_files.HEARTBEAT} && {_plain(job_files.EXIT_CODE, 16)}; "
+            f"echo {SEPARATOR}; [ ! -L {job_files.OUTPUT_DIR} ] && "
+            f"{_plain(job_files.OUTPUT_DIR + '/' + job_files.METRICS, METRICS_TAIL_BYTES)} | tail -n 1")
 
 
 class Interrupted(BaseException):
@@ -95,7 +112,7 @@ def _interrupt(signum, frame):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user"))
+    _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user", "heartbeat_timeout"))
 
     def _remote(self, command):
         result = self._low_level_execute_command(command, sudoable=True)
@@ -104,7 +121,8 @@ class ActionModule(ActionBase):
     def _as_user(self, user, script):
         """Run a shell script on the head node as the training user (runuser from root): the
         run folder is that user's, and nothing read or signalled there is done with root's rights."""
-        return self._remote(f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(script)}")
+        return self._remote(f"timeout -k 5 {PROBE_SECONDS} runuser -u {shlex.quote(user)} -- "
+                            f"sh -c {shlex.quote(script)}")
 
     def _stop_job(self, run_dir, user):
         """TERM, then KILL, mpirun's process group (run.sh starts mpirun under setsid), by the pid
@@ -124,11 +142,11 @@ class ActionModule(ActionBase):
         quoted = shlex.quote(run_dir)
         user = args["user"]
         # The training user's folder, read as that user, and never through a symlink there.
-        probe = (f"cd {quoted} && touch -h {job_files.HEARTBEAT} && {_plain(job_files.EXIT_CODE)}; "
-                 f"echo {SEPARATOR}; [ ! -L {job_files.OUTPUT_DIR} ] && "
-                 f"[ ! -L {job_files.OUTPUT_DIR}/{job_files.METRICS} ] && "
-                 f"tail -n 1 {job_files.OUTPUT_DIR}/{job_files.METRICS} 2>/dev/null")
+        probe = probe_script(run_dir)
+        # run.sh stops the job once its heartbeat is this old: the follower gives up as late, not sooner.
+        heartbeat = int(args.get("heartbeat_timeout", 0))
         started = time.monotonic()
+        answered = started
         deadline = started + int(args.get("timeout", 7200)) + DEADLINE_GRACE_S
         last_record, last_line, rc, missed, gave_up = None, None, None, 0, None
         # Ansible's main process ends its workers on Ctrl-C; stop the job first.
@@ -140,13 +158,14 @@ class ActionModule(ActionBase):
                     if SEPARATOR not in answer:
                         raise AnsibleError(f"the probe did not run as {user}: {answer.strip()[:200]!r}")
                     exit_text, _, metrics = answer.partition(SEPARATOR)
-                    missed = 0
+                    missed, answered = 0, time.monotonic()
                 except AnsibleError as exc:
                     missed += 1
-                    if missed >= MISSED_POLLS:
-                        gave_up = (f"the head node stopped answering ({missed} polls in a row, last: "
-                                   f"{str(exc).splitlines()[0][:200]}); the job stops itself there once its "
-                                   "heartbeat is not touched (train_job_heartbeat_timeout)")
+                    silent = time.monotonic() - answered
+                    if (silent >= heartbeat) if heartbeat > 0 else missed >= MISSED_POLLS:
+                        gave_up = (f"the head node stopped answering ({missed} polls in a row over {silent:.0f} s, "
+                                   f"last: {str(exc).splitlines()[0][:200]}); the job stops itself there once "
+                                   "its heartbeat is not touched (train_job_heartbeat_timeout)")
                         break
                     time.sleep(poll)
                     continue
@@ -183,7 +202,7 @@ class ActionModule(ActionBase):
             result.update({job_files.JOB_RC: 255}, seconds=round(time.monotonic() - started, 1),
                           last_progress=last_record, reason=gave_up, changed=False, failed=False)
             return result
-        log = self._as_user(user, f"cd {quoted} && {_plain(job_files.LAUNCHER_LOG['Linux'])}; "
+        log = self._as_user(user, f"cd {quoted} && {_plain(job_files.LAUNCHER_LOG['Linux'], LOG_TAIL_BYTES)}; "
                            f"{_plain(job_files.STOP_REASON)}")
         # Merged into job.json as the run's outcome.
         result.update({job_files.JOB_RC: rc}, seconds=round(time.monotonic() - started, 1),

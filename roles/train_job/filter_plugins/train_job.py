@@ -141,6 +141,50 @@ def _special_bits(source, excludes):
     return found
 
 
+# A poll that fails takes at most the SSH connect timeout, plus the time
+# ssh needs to find a connection dead (ansible.cfg: ServerAliveInterval 5 x
+# ServerAliveCountMax 3), plus the poll interval; the heartbeat must outlast
+# two such polls in a row, or one blip of the management network stops a
+# healthy job.
+DEAD_CONNECTION_S = 15
+FAILED_POLLS_SURVIVED = 2
+
+
+def heartbeat_floor(poll_seconds, connect_timeout):
+    return FAILED_POLLS_SURVIVED * (int(poll_seconds) + int(connect_timeout) + DEAD_CONNECTION_S)
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool) or (isinstance(value, str) and value.isdigit())
+
+
+def _limit_problems(spec):
+    """Timeouts, the poll interval and the fetch cap: whole numbers in range, the heartbeat outlasting polls."""
+    if "timeout" not in spec:
+        return []
+    problems = []
+    bounds = {"timeout": ("train_job_timeout", 1, "the job's time limit in seconds, e.g. 7200"),
+              "poll_seconds": ("train_job_poll_seconds", 1, "seconds between polls, e.g. 3"),
+              "fetch_max_mb": ("train_job_fetch_max_mb", 1, "the largest file brought back, in MB, e.g. 512"),
+              "heartbeat_timeout": ("train_job_heartbeat_timeout", 0,
+                                    "seconds without the controller before the job stops (0: never)")}
+    for key, (name, least, what) in bounds.items():
+        value = spec.get(key)
+        if not _whole(value) or int(value) < least:
+            problems.append(f"{name}={value!r}: give a whole number of at least {least}: {what}")
+    if problems:
+        return problems
+    heartbeat, floor = int(spec["heartbeat_timeout"]), heartbeat_floor(spec["poll_seconds"],
+                                                                       spec.get("connect_timeout", 30))
+    if 0 < heartbeat < floor:
+        problems.append(
+            f"train_job_heartbeat_timeout={heartbeat} is shorter than two failed polls "
+            f"(2 x (train_job_poll_seconds={spec['poll_seconds']} + SSH timeout {spec.get('connect_timeout', 30)} "
+            f"+ {DEAD_CONNECTION_S} s to find a dead connection) = {floor} s): a short break of the management "
+            f"network would stop a healthy job. Set it to {floor} or more, or 0 to never stop for the controller")
+    return problems
+
+
 def train_job_input_problems(spec):
     """What is wrong with the job's input, each naming the value and the fix; [] when nothing.
 
@@ -173,6 +217,7 @@ def train_job_input_problems(spec):
             problems.append(f"train_job_source={source} holds set-user-ID, set-group-ID or sticky files: "
                             f"{', '.join(special[:5])}{' ...' if len(special) > 5 else ''}; root installs the "
                             "code on every node and keeps no such bit: clear them (chmod ug-s,-t FILE)")
+    problems += _limit_problems(spec)
     args = spec.get("args")
     if not isinstance(args, Mapping) and not (isinstance(args, (list, tuple))
                                               and all(isinstance(arg, str) for arg in args)):
