@@ -63,7 +63,7 @@ def describe(holder):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "state", "step", "break_lock", "running", "node"))
+    _VALID_ARGS = frozenset(("path", "state", "step", "break_lock", "running", "refuse_running", "node"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -72,7 +72,7 @@ class ActionModule(ActionBase):
         ours = this_holder(args.get("step", "a step"))
         module_args = {"path": args["path"], "state": state, "holder": ours}
         if state == "held" and args.get("running"):
-            module_args["running"] = args["running"]
+            module_args.update(running=args["running"], refuse_running=bool(args.get("refuse_running")))
         answer = self._execute_module("cluster_lock", module_args=module_args, task_vars=task_vars)
         if answer.get("failed"):
             raise AnsibleActionFail(f"{node}: the cluster lock {args['path']}: {answer.get('msg')}")
@@ -80,25 +80,27 @@ class ActionModule(ActionBase):
             result.update(changed=False, released=answer.get("released", False))
             return result
         holder = answer.get("holder") or {}
-        if not answer.get("taken") and not answer.get("running"):
-            stale = is_stale(holder, ours)
-            if stale or args.get("break_lock"):
-                display.warning(f"{node}: took over the cluster lock from {describe(holder)}: "
-                                + ("that run ended without giving it back." if stale
-                                   else "cluster_lock_break is set."))
-                answer = self._execute_module("cluster_lock", module_args=dict(module_args, replace=holder),
-                                              task_vars=task_vars)
-                holder = answer.get("holder") or {}
-        if answer.get("running"):
+        held_by_other = not answer.get("taken") and holder.get("token") != ours["token"]
+        if held_by_other and (is_stale(holder, ours) or args.get("break_lock")):
+            display.warning(f"{node}: took over the cluster lock from {describe(holder)}: "
+                            + ("that run ended without giving it back." if is_stale(holder, ours)
+                               else "cluster_lock_break is set."))
+            answer = self._execute_module("cluster_lock", module_args=dict(module_args, replace=holder),
+                                          task_vars=task_vars)
+            holder = answer.get("holder") or {}
+            held_by_other = not answer.get("taken") and holder.get("token") != ours["token"]
+        running = answer.get("running") or []
+        busy = (f"job {running[0].split(' ')[0]} run {running[0].split(' ')[-1]} is running there; the cluster "
+                "runs one job at a time. ") if running else ""
+        if held_by_other:
             raise AnsibleActionFail(
-                f"{node}: job {', run '.join(answer['running'][0].split(' '))} is running there; "
-                f"{ours['step']} would change what it uses, so nothing was changed. Wait for it to end, "
-                "or stop it (Ctrl-C where its playbook runs, or ansible-playbook playbooks/stop.yml), then run "
-                "this again.")
+                f"{node}: {busy}The cluster is locked by {describe(holder)}: one step at a time changes what a "
+                f"job uses, so {ours['step']} changed nothing. Wait for that run to end; if it is gone for good "
+                f"(its controller crashed), run again with -e cluster_lock_break=true.")
         if not answer.get("taken"):
             raise AnsibleActionFail(
-                f"{node}: the cluster is locked by {describe(holder)}; one step at a time changes what a job "
-                f"uses, so {ours['step']} changed nothing. Wait for that run to end; if it is gone for good "
-                f"(its controller crashed), run again with -e cluster_lock_break=true.")
+                f"{node}: {busy}{ours['step'].capitalize()} would change what that job uses, so nothing was "
+                "changed. Wait for it to end, or stop it (Ctrl-C where its playbook runs, or "
+                "ansible-playbook playbooks/stop.yml), then run this again.")
         result.update(changed=False, holder=ours)
         return result

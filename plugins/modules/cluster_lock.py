@@ -11,8 +11,9 @@ description:
     and a lock is never seen half-written.
   - Called by the C(cluster_lock) action plugin, which names the holder and
     decides whether a lock is stale (its run's controller process is gone).
-  - With I(running), a taken lock is given back at once when a job's run.sh
-    is alive on this node (data and provisioning must not change what it uses).
+  - With I(running), the runs alive on this node are named; with
+    I(refuse_running) as well, a taken lock is given back at once when one is
+    (data and provisioning must not change what a job uses).
 options:
   path: {description: The lock folder (its parent is made root's, 0755)., type: path, required: true}
   state: {description: held or released., type: str, choices: [held, released], default: held}
@@ -21,6 +22,7 @@ options:
   running:
     description: jobs_dir (and pid_file, exit_file), to look for a live run as running_runs.sh does.
     type: dict
+  refuse_running: {description: Give a taken lock back at once when a run is alive., type: bool, default: false}
 """
 
 import errno
@@ -144,6 +146,7 @@ def main():
             "holder": {"type": "dict", "required": True},
             "replace": {"type": "dict"},
             "running": {"type": "dict"},
+            "refuse_running": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -156,13 +159,12 @@ def main():
         module.exit_json(changed=False, taken=not current or current.get("token") == holder["token"],
                          holder=current or holder, running=[])
     taken, current = take(path, holder, module.params["replace"])
-    running = []
-    if taken and module.params["running"]:
-        spec = module.params["running"]
-        running = live_runs(spec["jobs_dir"], spec.get("pid_file", PID_FILE), spec.get("exit_file", EXIT_FILE))
-        if running:
-            release(path, holder)
-            taken = False
+    spec = module.params["running"]
+    running = live_runs(spec["jobs_dir"], spec.get("pid_file", PID_FILE), spec.get("exit_file", EXIT_FILE)) \
+        if spec else []
+    if taken and running and module.params["refuse_running"]:
+        release(path, holder)
+        taken = False
     # The lock is bookkeeping, not a change to the node.
     module.exit_json(changed=False, taken=taken, holder=current, running=running)
 
