@@ -17,6 +17,7 @@ place both import as it is. Standard library only.
 import json
 import math
 import os
+import re
 
 # Written by the role before the launch.
 RUN_SCRIPT = "run.sh"
@@ -156,10 +157,21 @@ TRACEBACK = "Traceback (most recent call last):"
 ERROR_LINES = 6
 
 
+# Terminal escape sequences (CSI, OSC and the rest) and every other control
+# character but newline and tab: a rank's words reach the operator's terminal.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])"
+                      r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text):
+    """text without terminal escape sequences or control characters (newlines and tabs kept)."""
+    return _ESCAPES.sub("", text)
+
+
 def _error_excerpt(text):
     """The lines of a rank's stderr that say what went wrong: the last
     traceback's final frame and exception, else the last few lines."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    lines = [line.rstrip() for line in printable(text).splitlines() if line.strip()]
     if not lines:
         return ""
     if TRACEBACK in lines:
@@ -181,8 +193,9 @@ def rank_error(logs_dir, host=None, rank=None):
     def stderr_of(node, number):
         path = os.path.join(str(logs_dir), str(node), "1", "rank.{}".format(number), "stderr")
         try:
-            with open(path, encoding="utf-8", errors="replace") as source:
-                return source.read()[-65536:]
+            with open(path, "rb") as source:
+                source.seek(max(0, os.fstat(source.fileno()).st_size - 65536))
+                return source.read(65536).decode("utf-8", errors="replace")
         except OSError:
             return ""
 

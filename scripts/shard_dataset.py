@@ -383,12 +383,51 @@ def ctf_problem(line):
     return "not a CTF line: %r" % text[:80]
 
 
+def ctf_shape(line):
+    """(sequence id given, {stream: number of values, or None when sparse}) of one valid CTF line (bytes)."""
+    text = line.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "replace")
+    head, *fields = text.split("|")
+    shape = {}
+    for field in fields:
+        if field.startswith("#"):
+            continue
+        name, _, rest = field.partition(" ") if " " in field.split("\t")[0] else field.partition("\t")
+        values = rest.split()
+        shape[name.strip()] = None if any(":" in value for value in values) else len(values)
+    return bool(head.strip()), shape
+
+
+def _shape_pattern(seq, shape):
+    """A regex of the lines shaped as the first one: its dense streams with as many values, in its order (no
+    sequence id), or any of its streams in any order (with sequence ids, which may leave streams out)."""
+    p = "+" if CTF_BLOCK is not None else ""
+    value = "(?:[ \t]+" + p + _VALUE + r"(?=[ \t|\r\n]))"
+    comment = r"\|#[^|\n]*" + p
+    fields = [r"\|" + re.escape(name) + (value + ("{%d}" % count if count is not None else "*" + p)) + r"[ \t]*" + p
+              for name, count in shape.items()]
+    if seq:
+        body = r"[ \t]*" + p + "(?:[0-9]+" + p + r"[ \t]*" + p + ")?" + p + "(?:" + "|".join(fields + [comment]) \
+            + ")+" + p
+    else:
+        between = "(?:" + comment + ")*" + p
+        body = r"[ \t]*" + p + between + between.join(fields) + between
+    return re.compile(("(?:" + body + r"\r*" + p + r"\n)*" + p).encode())
+
+
 class CtfCheck:
-    """Checks the complete lines of one file's reads in order; counts the file's lines for the message."""
+    """Checks the complete lines of one file's reads in order; counts the file's lines for the message.
+
+    Every line must be CTF and agree with the file's first line: without sequence ids, the same streams (in
+    any order), a dense stream with as many values (its dimension); with sequence ids, where a line may leave
+    streams out, every dense stream with the values it had where it first appeared. One regex per read; a
+    line it stops at is looked at alone."""
 
     def __init__(self, path):
         self.path = path
         self.lines = 0  # lines of the file before the range being checked
+        self.seq = None  # whether the file's first line has a sequence id
+        self.dims = None  # stream -> values (None: sparse), from the first line (and, with ids, later ones)
+        self.pattern = None
 
     def __call__(self, data, start, end):
         if CTF_BLOCK is not None:
@@ -400,12 +439,59 @@ class CtfCheck:
                 if match is None:
                     break
                 bad = match.end()
-        if bad == end:
-            self.lines += data.count(b"\n", start, end)
-            return
-        number = self.lines + data.count(b"\n", start, bad) + 1
-        line = data[bad:data.index(b"\n", bad, end) + 1]
-        raise ShardError("%s:%d: %s" % (self.path, number, ctf_problem(line)))
+        if bad != end:
+            number = self.lines + data.count(b"\n", start, bad) + 1
+            line = data[bad:data.index(b"\n", bad, end) + 1]
+            raise ShardError("%s:%d: %s" % (self.path, number, ctf_problem(line)))
+        self._check_shape(data, start, end)
+        self.lines += data.count(b"\n", start, end)
+
+    def _check_shape(self, data, start, end):
+        at = start
+        while at < end:
+            if self.pattern is not None:
+                at = self.pattern.match(data, at, end).end()
+                if at == end:
+                    return
+            line_end = data.index(b"\n", at, end) + 1
+            if not data[at:line_end].strip():
+                at = line_end
+                continue
+            seq, shape = ctf_shape(data[at:line_end])
+            if self.dims is None:
+                self.seq, self.dims = seq, dict(shape)
+            else:
+                problem = self._shape_problem(shape)
+                if problem:
+                    number = self.lines + data.count(b"\n", start, at) + 1
+                    raise ShardError("%s:%d: %s" % (self.path, number, problem))
+                if not self.seq and list(shape) != list(self.dims):
+                    at = line_end  # the same streams in another order: this line alone
+                    continue
+                for name, count in shape.items():
+                    self.dims.setdefault(name, count)
+            self.pattern = _shape_pattern(self.seq, self.dims)
+            at = line_end
+
+    def _shape_problem(self, shape):
+        names = ", ".join("|" + name for name in self.dims)
+        for name, count in shape.items():
+            if name not in self.dims:
+                if self.seq:
+                    continue  # a stream a sequence gives first here
+                return ("stream |%s is not in the file's first line (%s): every line gives the same streams"
+                        % (name, names))
+            known = self.dims[name]
+            if (known is None) != (count is None) or (known is not None and count != known):
+                return ("stream |%s has %s where %s has %s (its dimension): every line of a stream has as many "
+                        "values" % (name, "sparse values" if count is None else "%d values" % count,
+                                    "the file's first line" if not self.seq else "its first line",
+                                    "sparse values" if known is None else "%d" % known))
+        missing = [name for name in self.dims if name not in shape]
+        if missing and not self.seq:
+            return "stream %s is missing: the file's first line gives %s" % (", ".join("|" + m for m in missing),
+                                                                            names)
+        return ""
 
 
 # --- reading ---------------------------------------------------------------

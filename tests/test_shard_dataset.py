@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -485,13 +486,15 @@ def test_the_line_number_holds_across_reads(tmp_path, monkeypatch):
 
 
 def test_valid_ctf_forms_pass_the_check(tmp_path):
-    text = ("0 |features 1 2 3 |labels 0 1\n"
-            "0\t|features -1.5 +2. .25 -.5 1e-3 2.5E+07 |labels 0 1\r\n"
-            "12|x 3:0.5 0:-2 7:1e5 |y_2 1 |# a comment: anything but a bar |z\n"
-            "  |sparse 1:1 |#\n"
-            "|labels|features 1|other 1 \t\n")
-    source = write(tmp_path / "train.ctf", text)
-    assert sd.shard(source, 2, tmp_path / "out")["samples"] == 5
+    # One file a form: the lines of one file also agree with its first (test_ctf_lines_that_disagree_...).
+    forms = ["0 |features 1 2 3 |labels 0 1\n",
+             "0\t|features -1.5 +2. .25 -.5 1e-3 2.5E+07 |labels 0 1\r\n",
+             "12|x 3:0.5 0:-2 7:1e5 |y_2 1 |# a comment: anything but a bar |z\n",
+             "  |sparse 1:1 |#\n",
+             "|labels|features 1|other 1 \t\n"]
+    for index, form in enumerate(forms):
+        source = write(tmp_path / f"form{index}" / "train.ctf", form * 2)
+        assert sd.shard(source, 2, tmp_path / f"out{index}")["samples"] == 2, form
 
 
 def test_the_fast_and_the_line_by_line_ctf_checks_agree(tmp_path):
@@ -533,7 +536,7 @@ def test_replicate_gives_every_rank_the_whole_files(tmp_path):
     assert os.path.samefile(out / "train.ctf", src / "train.ctf")  # same filesystem: a hard link
 
     with open(src / "train.ctf", "a") as stream:  # an edit in place: the hard link in out is that file
-        stream.write("|features 7 |labels 1 0\n")
+        stream.write("|features 7 0.5 |labels 1 0\n")
     report = sd.shard(src, 4, out, layout="replicate", test="test.ctf")
     assert report["changed"] is True and manifest_of(out)["shards"][0]["samples"] == 7
     assert_consistent(out)
@@ -907,3 +910,28 @@ def test_check_of_another_rank_count_says_changed(tmp_path):
     before = snapshot(out)
     report = sd.shard(source, 6, out, check=True)
     assert report["changed"] is True and report["files"] == 6 and snapshot(out) == before
+
+
+# Issue 27, finding 9: on main these passed the data check and failed only inside training.
+@pytest.mark.parametrize("text, problem", [
+    ("|features 1 2 3 |labels 0 1\n|features 1 2 |labels 0 1\n",
+     "train.ctf:2: stream |features has 2 values where the file's first line has 3 (its dimension)"),
+    ("|features 1 2 |labels 0 1\n|features 1 2 |label 0 1\n",
+     "train.ctf:2: stream |label is not in the file's first line (|features, |labels)"),
+    ("|features 1 2 |labels 0 1\n|features 1 2\n", "train.ctf:2: stream |labels is missing"),
+    ("|features 1 2 |labels 0 1\n|features 1 2 |labels 1:1\n",
+     "train.ctf:2: stream |labels has sparse values where the file's first line has 2"),
+    ("0 |x 1 2 |y 1\n0 |x 3 4\n1 |x 5 6 7 |y 0\n", "train.ctf:3: stream |x has 3 values where its first line has 2"),
+])
+def test_ctf_lines_that_disagree_with_the_files_first_are_refused(tmp_path, text, problem):
+    source = write(tmp_path / "train.ctf", text)
+    with pytest.raises(sd.ShardError, match=re.escape(problem)):
+        sd.shard(source, 2, tmp_path / "out")
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_agreeing_ctf_lines_pass_in_any_order_and_across_reads(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(sd, "CHUNK", chunk)
+    lines = ["|features %d 0.5 |labels 0 1\n" % i for i in range(40)] + ["|labels 1 0 |features 9 9\n"]
+    source = write(tmp_path / "train.ctf", "".join(lines) + "|features 1 2 |labels 0 1\n")
+    assert sd.shard(source, 2, tmp_path / "out")["samples"] == 42

@@ -183,6 +183,9 @@ def test_results_come_back_by_one_confined_rsync_per_folder():
     tasks = yaml.safe_load((ROOT / "roles" / "train_job" / "tasks" / "collect-Linux.yml").read_text())
     [block] = [task for task in tasks if "block" in task]
     argv = block["vars"]["train_job_pull_argv"]
+    # rsync under the size cap as the bytes land (tests/security/test_follower_reads.py runs it).
+    prefix, argv = argv[:argv.index("rsync")], argv[argv.index("rsync"):]
+    assert prefix[:2] == ["sh", "-c"] and "prlimit --fsize" in prefix[2]
     assert argv[0] == "rsync" and "--files-from=-" in argv and "--chmod=D0755,F0644" in argv
     assert "--max-size={{ train_job_fetch_max_mb }}M" in argv
     assert "--rsh={{ hostvars[inventory_hostname] | ssh_command_for }}" in argv

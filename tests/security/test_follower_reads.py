@@ -125,3 +125,15 @@ def test_a_heartbeat_shorter_than_two_failed_polls_is_refused():
 def test_negative_or_zero_limits_are_refused(name, value):
     [problem] = limits(**{name: value})
     assert problem.startswith(f"train_job_{name}={value!r}: give a whole number of at least")
+
+
+def test_a_ranks_escape_sequences_do_not_reach_the_terminal(tmp_path):
+    # Issue 27, finding 10: the failed rank's words are quoted in the playbook's failure message.
+    import job_files
+    stderr = tmp_path / "logs" / "node1" / "1" / "rank.0" / "stderr"
+    stderr.parent.mkdir(parents=True)
+    stderr.write_text("x" * 200000 + "\nTraceback (most recent call last):\n  File \"t.py\", line 1\n"
+                      "ValueError: \x1b]0;owned\x07\x1b[2J\x1b[31mbad\x1b[0m\x08\x9b value\n")
+    rank, host, error = job_files.rank_error(tmp_path / "logs", "node1", 0)
+    assert error.splitlines()[-1] == "ValueError: bad value"
+    assert job_files.printable("a\tb\nc\x1b[1m") == "a\tb\nc"

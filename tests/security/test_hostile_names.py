@@ -91,3 +91,17 @@ def test_a_folder_that_is_not_an_absolute_clean_path_is_refused(name, value):
 def test_a_cluster_name_with_a_newline_is_refused():
     [problem] = problems(cluster_name="rack1\n127.0.0.1 evil")
     assert "is not a short name" in problem
+
+
+# Issue 27, finding 9: inputs main accepted.
+@pytest.mark.parametrize("slots", [257, 10**6])
+def test_unbounded_slots_are_refused(slots):
+    [problem] = problems(cluster_slots=slots)
+    assert problem == (f"node1: cluster_slots={slots} is more ranks than any node runs (at most 256): set it to "
+                       "this node's GPUs (cntk) or cores (numpy)")
+
+
+@pytest.mark.parametrize("name", ["ansible_host", "cluster_address"])
+def test_an_ipv6_address_is_refused(name):
+    found = problems(**{name: "fd00::1"})
+    assert any(problem.startswith(f"node1: {name}=fd00::1 is an IPv6 address") for problem in found), found

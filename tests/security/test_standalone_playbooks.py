@@ -58,3 +58,17 @@ def test_a_hostile_per_host_override_is_refused(tmp_path, playbook, override):
 def test_an_empty_job_name_is_refused(tmp_path):
     result = run("playbooks/train.yml", inventory(tmp_path), "-e", "train_job_name=")
     assert "train_job_name='' names a folder" in result.stdout and "UNREACHABLE" not in result.stdout
+
+
+@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/train.yml", "playbooks/data.yml"])
+def test_an_inventory_with_an_empty_training_group_is_refused(tmp_path, playbook):
+    # Issue 27, finding 9: on main the train and data steps matched no host and ended in success.
+    data = json.loads(inventory(tmp_path).read_text())
+    hosts = data["all"]["children"]["cluster"]["children"].pop("training")["hosts"]
+    data["all"]["children"]["cluster"]["hosts"] = hosts
+    data["all"]["children"]["cluster"]["children"] = {"training": {"hosts": {}}}
+    (tmp_path / "hosts.yml").write_text(json.dumps(data))
+    result = run(playbook, tmp_path / "hosts.yml")
+    assert result.returncode != 0
+    assert "the `training` group is empty" in " ".join(result.stdout.split())
+    assert "UNREACHABLE" not in result.stdout

@@ -37,6 +37,8 @@ CLUSTER_WIDE = ("cluster_name", "cluster_training_user", "cluster_training_uid",
                 "train_job_entry", "train_job_args", "train_job_env", "train_job_secret_env")
 SECRET = ("train_job_secret_env",)
 MISSING = object()
+# More ranks than this on one node is a typo, not a node (mpirun would oversubscribe it).
+MAX_SLOTS = 256
 
 
 def _is_positive_int(value):
@@ -189,6 +191,9 @@ def cluster_inventory_problems(hostvars, groups):
         elif not _is_positive_int(slots):
             problems.append(f"{host}: cluster_slots={slots!r} is not a positive integer: set it to the number "
                             "of MPI ranks for this node (for the cntk backend, its GPUs)")
+        elif slots > MAX_SLOTS:
+            problems.append(f"{host}: cluster_slots={slots} is more ranks than any node runs (at most "
+                            f"{MAX_SLOTS}): set it to this node's GPUs (cntk) or cores (numpy)")
 
         short = host.split(".")[0].lower()
         if short in seen_names:
@@ -203,6 +208,14 @@ def cluster_inventory_problems(hostvars, groups):
             problems.append(f"{host}: cluster_address={address!r} is not an IP address: set the node's "
                             "address on the MPI network")
             parsed = None
+        for name, value in (("cluster_address", address), ("ansible_host", hv.get("ansible_host"))):
+            try:
+                if value is not None and ipaddress.ip_address(str(value)).version == 6:
+                    problems.append(f"{host}: {name}={value} is an IPv6 address: the cluster runs over IPv4 "
+                                    "(rsync's host:path and the MPI hostfile misread IPv6 addresses); give the "
+                                    "node's IPv4 address, or a host name that resolves to it")
+            except ValueError:
+                pass
         if address in seen_addresses:
             problems.append(f"{host} and {seen_addresses[address]} have the same cluster_address {address}: "
                             "every node needs its own address")

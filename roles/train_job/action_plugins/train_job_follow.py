@@ -211,6 +211,6 @@ class ActionModule(ActionBase):
             rank, host, reason = mpirun_failure(log, layout)
             stop = self._as_user(user, f"cd {quoted} && {_plain(job_files.STOP_REASON)}").strip()
             result.update({job_files.JOB_FAILED_RANK: rank, job_files.JOB_FAILED_HOST: host},
-                          reason=stop or reason or f"mpirun exited with code {rc}",
-                          mpirun_log_tail=log.splitlines()[-40:])
+                          reason=job_files.printable(stop or reason or f"mpirun exited with code {rc}"),
+                          mpirun_log_tail=job_files.printable(log).splitlines()[-40:])
         return result
