@@ -1,7 +1,7 @@
 """The run directory's files, named once and parsed here.
 
 A run of the train_job role lives in <jobs dir>/<job>/runs/<run id>/ on the
-head node and comes back to artifacts/<job>/<run id>/ on the controller.
+head node and comes back to artifacts/<cluster>/<job>/<run id>/ on the controller.
 roles/train_job/README.md ("The run directory") is the spec: each file, who
 writes it, who reads it, its format.
 

@@ -3,7 +3,7 @@
 
     job_report.py RUN_DIR
 
-RUN_DIR (artifacts/<job>/<run-id>/ on the controller) holds what the job
+RUN_DIR (artifacts/<cluster>/<job>/<run-id>/ on the controller) holds what the job
 fetched back, as scripts/job_files.py names it and roles/train_job/README.md
 ("The run directory") specifies it; every file is optional:
 
@@ -126,7 +126,7 @@ def log_node(relative_path):
 
 class Job(object):
     """What the report says about the run as a whole, from job.json, the
-    summary and RUN_DIR's own path (artifacts/<job>/<run-id>/)."""
+    summary and RUN_DIR's own path (artifacts/<cluster>/<job>/<run-id>/)."""
 
     def __init__(self, run_dir, job, summary):
         job = job or {}
@@ -614,7 +614,7 @@ def report(run_dir):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a fetched run: artifacts/<job>/<run-id>/")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a fetched run: artifacts/<cluster>/<job>/<run-id>/")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.run_dir):
         what = "is not a directory" if os.path.exists(args.run_dir) else "does not exist"

@@ -121,6 +121,10 @@ class ActionModule(ActionBase):
     def _as_user(self, user, script):
         """Run a shell script on the head node as the training user (runuser from root): the
         run folder is that user's, and nothing read or signalled there is done with root's rights."""
+        return self._remote(f"runuser -u {shlex.quote(user)} -- sh -c {shlex.quote(script)}")
+
+    def _poll(self, user, script):
+        """_as_user for a poll, cut off after PROBE_SECONDS on the head node."""
         return self._remote(f"timeout -k 5 {PROBE_SECONDS} runuser -u {shlex.quote(user)} -- "
                             f"sh -c {shlex.quote(script)}")
 
@@ -154,7 +158,7 @@ class ActionModule(ActionBase):
         try:
             while rc is None:
                 try:
-                    answer = self._as_user(user, probe)
+                    answer = self._poll(user, probe)
                     if SEPARATOR not in answer:
                         raise AnsibleError(f"the probe did not run as {user}: {answer.strip()[:200]!r}")
                     exit_text, _, metrics = answer.partition(SEPARATOR)
