@@ -157,6 +157,9 @@ def main():
     except Refused as refused:
         module.fail_json(msg=f"{refused}. {params['path']} was left as it was.", path=params["path"])
     except KeyError as missing:
+        if module.check_mode:
+            # A dry run on new nodes: the user is made by an earlier task of the real run.
+            module.exit_json(changed=True, path=params["path"], created=[], taken_back=[])
         module.fail_json(msg=f"no such user or group: {missing}", path=params["path"])
     module.exit_json(changed=changed, path=params["path"], created=created, taken_back=taken_back)
 

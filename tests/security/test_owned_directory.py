@@ -118,3 +118,16 @@ def test_no_root_task_gives_a_folder_to_the_training_user_with_the_file_module()
                 if isinstance(spec, dict) and "training_user" in str(spec.get("owner", "")):
                     found.append(f"{task_file.relative_to(roots)}: {block['name']}")
     assert found == []
+
+
+def test_check_mode_before_the_user_exists_says_it_would_change(tmp_path):
+    # A dry run on new nodes (molecule's check step): the user task has not made the user yet.
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    module = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "owned_directory.py"
+    args = {"ANSIBLE_MODULE_ARGS": {"path": str(tmp_path / "jobs"), "owner": "no-such-user-here",
+                                    "group": "no-such-user-here", "mode": "0750", "_ansible_check_mode": True}}
+    out = subprocess.run([sys.executable, str(module)], input=json.dumps(args), capture_output=True, text=True)
+    assert json.loads(out.stdout)["changed"] is True and not (tmp_path / "jobs").exists()
