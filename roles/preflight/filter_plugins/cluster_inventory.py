@@ -30,8 +30,9 @@ INTERFACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}$")
 FOLDER_RE = re.compile(r"^(/[A-Za-z0-9._+-]+)+$")
 # Values one run uses for every node (one MPI job, one user, one set of
 # folders): a per-host override would be checked on one node and used on
-# another. The secret environment's values are never shown.
-CLUSTER_WIDE = ("cluster_name", "cluster_training_user", "cluster_training_uid", "cluster_mpi_interface",
+# another. The secret environment's values are never shown. The MPI
+# interface is checked on every node instead (its form here, its facts later).
+CLUSTER_WIDE = ("cluster_name", "cluster_training_user", "cluster_training_uid",
                 "cluster_openmpi_standin", "cluster_mpi_method", "cluster_dataset_name", "cluster_data_dir",
                 "cluster_jobs_dir", "cluster_dataset_shared_dir", "train_job_name", "train_job_source",
                 "train_job_entry", "train_job_args", "train_job_env", "train_job_secret_env")
@@ -185,6 +186,11 @@ def cluster_inventory_problems(hostvars, groups):
     interface = hostvars[nodes[0]].get("cluster_mpi_interface")
     for host in nodes:
         hv = hostvars[host]
+        own_interface = hv.get("cluster_mpi_interface")
+        if host != nodes[0] and own_interface != interface and (
+                not isinstance(own_interface, str) or not INTERFACE_RE.fullmatch(own_interface)):
+            problems.append(f"{host}: cluster_mpi_interface={own_interface!r}: name the network interface MPI "
+                            "uses on this node (for example eth1)")
         slots = hv.get("cluster_slots")
         if slots is None:
             problems.append(f"{host}: cluster_slots is not set: set the MPI ranks for this node (a positive integer)")
