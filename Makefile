@@ -11,6 +11,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# The checkout as the cntk.cluster collection, for Python run outside Ansible (bench/).
+export PYTHONPATH := $(CURDIR)/.collections
 
 .PHONY: cluster test venv up down status site artifacts lint syntax unit molecule slow e2e bench clean
 
