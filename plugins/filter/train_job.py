@@ -1,0 +1,346 @@
+"""The job's program, environment, command lines, fingerprint and run directory names, from the inventory."""
+
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.cntk.cluster.plugins.module_utils import job_files
+
+PLATFORMS = ("Linux", "Windows")
+SEPARATOR = {"Linux": "/", "Windows": "\\"}
+
+
+def _platform(spec):
+    platform = spec.get("platform")
+    if platform not in PLATFORMS:
+        raise AnsibleFilterError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
+    return platform
+
+
+def train_job_program_args(args):
+    """The program's arguments: a list of strings, passed as given (no shell); or a
+    mapping of options without the leading -- (train.py's form): true is a flag,
+    false and null leave the option out."""
+    if isinstance(args, Mapping):
+        argv = []
+        for name, value in sorted(args.items()):
+            if value is True:
+                argv.append("--" + str(name))
+            elif value not in (False, None):
+                argv += ["--" + str(name), str(value)]
+        return argv
+    if isinstance(args, (list, tuple)) and all(isinstance(arg, str) for arg in args):
+        return list(args)
+    raise AnsibleFilterError(
+        f"train_job_args={args!r}: give a list of strings (quote numbers: ['--epochs', '10']), passed to the "
+        "program as they are, or a mapping of train.py's options")
+
+
+def train_job_job_env(spec):
+    """The contract's environment, the same for every rank (training/README.md, "The job contract").
+
+    `spec` keys: platform, name, run_id, backend, data_dir, data_layout,
+    test_file (the test set's name in data_dir, or empty), output_dir,
+    checkpoint_dir, resume (whether this run continues a failed one)."""
+    separator = SEPARATOR[_platform(spec)]
+    test = spec.get("test_file") or ""
+    return {
+        "JOB_NAME": str(spec["name"]),
+        "JOB_RUN_ID": str(spec["run_id"]),
+        "JOB_BACKEND": str(spec["backend"]),
+        "JOB_DATA_DIR": str(spec["data_dir"]),
+        "JOB_DATA_LAYOUT": str(spec.get("data_layout") or "shard"),
+        "JOB_TEST_FILE": str(spec["data_dir"]) + separator + test if test else "",
+        "JOB_OUTPUT_DIR": str(spec["output_dir"]),
+        "JOB_CHECKPOINT_DIR": str(spec["checkpoint_dir"]),
+        "JOB_METRICS_FILE": str(spec["output_dir"]) + separator + job_files.METRICS,
+        "JOB_RESUME": "1" if spec.get("resume") else "",
+    }
+
+
+def train_job_command(spec):
+    """mpirun's argv for the job (Open MPI), from the role's settings.
+
+    `spec` keys: layout, interface, mca, env (every variable the ranks get,
+    exported by run.sh), python, runner (files/run_rank.py on the nodes: a
+    failed rank ends at once), program (the entry script's path on the
+    nodes), args (train_job_program_args' list), and mpirun (default "mpirun").
+    """
+    ranks = sum(entry["slots"] for entry in spec["layout"])
+    argv = [spec.get("mpirun") or "mpirun", "--hostfile", job_files.HOSTFILE, "-np", str(ranks),
+            "--map-by", "slot", "--bind-to", "none",
+            "--mca", "btl_tcp_if_include", spec["interface"], "--mca", "oob_tcp_if_include", spec["interface"]]
+    for name, value in sorted(spec.get("mca", {}).items()):
+        argv += ["--mca", str(name), str(value)]
+    for name in sorted(spec.get("env", {})):
+        argv += ["-x", str(name)]
+    # Every rank's stdout and stderr, on the node where it runs: logs/1/rank.N/, written by the runner
+    # (Open MPI 5's --output-filename loses ranks' output; see files/run_rank.py).
+    return (argv + [spec["python"], spec["runner"], "--logs", job_files.LOGS_DIR, spec["program"]]
+            + list(spec["args"]))
+
+
+def _excluded(relative, patterns):
+    return any(fnmatch.fnmatch(part, pattern) for part in Path(relative).parts for pattern in patterns)
+
+
+def train_job_source_files(source, excludes=()):
+    """The job's code as it is sent: every file's path relative to source, in
+    order, the excluded names (.git, __pycache__, ...) left out."""
+    root = Path(source)
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not _excluded(d, excludes))
+        for name in sorted(files):
+            relative = (Path(directory) / name).relative_to(root).as_posix()
+            if not _excluded(relative, excludes):
+                found.append(relative)
+    return found
+
+
+def train_job_source_digest(source, excludes=()):
+    """sha256 over the job's code on the controller as it is sent: every file's
+    path, executable bit and bytes (a symlink: its target)."""
+    digest = hashlib.sha256()
+    for relative in train_job_source_files(source, excludes):
+        path = Path(source) / relative
+        if path.is_symlink():
+            digest.update(f"L {relative} {os.readlink(path)}\n".encode())
+            continue
+        content = hashlib.sha256(path.read_bytes()).hexdigest()
+        executable = "x" if os.access(path, os.X_OK) else "-"
+        digest.update(f"F {relative} {executable} {content}\n".encode())
+    return digest.hexdigest()
+
+
+def _special_bits(source, excludes):
+    """The job's files and folders (as sent) that carry setuid, setgid or sticky bits."""
+    found = []
+    for relative in train_job_source_files(source, excludes):
+        path = Path(source) / relative
+        for candidate in [path] + [Path(source) / parent for parent in Path(relative).parents if str(parent) != "."]:
+            try:
+                mode = candidate.lstat().st_mode
+            except OSError:
+                continue
+            if not stat.S_ISLNK(mode) and mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
+                name = candidate.relative_to(source).as_posix()
+                if name not in found:
+                    found.append(name)
+    return found
+
+
+# A poll that fails takes at most the SSH connect timeout, plus the time
+# ssh needs to find a connection dead (ansible.cfg: ServerAliveInterval 5 x
+# ServerAliveCountMax 3), plus the poll interval; the heartbeat must outlast
+# two such polls in a row, or one blip of the management network stops a
+# healthy job.
+DEAD_CONNECTION_S = 15
+FAILED_POLLS_SURVIVED = 2
+
+
+def heartbeat_floor(poll_seconds, connect_timeout):
+    return FAILED_POLLS_SURVIVED * (int(poll_seconds) + int(connect_timeout) + DEAD_CONNECTION_S)
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool) or (isinstance(value, str) and value.isdigit())
+
+
+def _limit_problems(spec):
+    """Timeouts, the poll interval and the fetch cap: whole numbers in range, the heartbeat outlasting polls."""
+    if "timeout" not in spec:
+        return []
+    problems = []
+    bounds = {"timeout": ("train_job_timeout", 1, "the job's time limit in seconds, e.g. 7200"),
+              "poll_seconds": ("train_job_poll_seconds", 1, "seconds between polls, e.g. 3"),
+              "fetch_max_mb": ("train_job_fetch_max_mb", 1, "the largest file brought back, in MB, e.g. 512"),
+              "heartbeat_timeout": ("train_job_heartbeat_timeout", 0,
+                                    "seconds without the controller before the job stops (0: never)")}
+    for key, (name, least, what) in bounds.items():
+        value = spec.get(key)
+        if not _whole(value) or int(value) < least:
+            problems.append(f"{name}={value!r}: give a whole number of at least {least}: {what}")
+    if problems:
+        return problems
+    heartbeat, floor = int(spec["heartbeat_timeout"]), heartbeat_floor(spec["poll_seconds"],
+                                                                       spec.get("connect_timeout", 30))
+    if 0 < heartbeat < floor:
+        problems.append(
+            f"train_job_heartbeat_timeout={heartbeat} is shorter than two failed polls "
+            f"(2 x (train_job_poll_seconds={spec['poll_seconds']} + SSH timeout {spec.get('connect_timeout', 30)} "
+            f"+ {DEAD_CONNECTION_S} s to find a dead connection) = {floor} s): a short break of the management "
+            f"network would stop a healthy job. Set it to {floor} or more, or 0 to never stop for the controller")
+    return problems
+
+
+def train_job_input_problems(spec):
+    """What is wrong with the job's input, each naming the value and the fix; [] when nothing.
+
+    `spec` keys: source (the code folder: on the controller, or with shared
+    on a filesystem every node mounts), shared, entry, args. Checked on the
+    controller before any node changes."""
+    problems = []
+    source, entry, shared = str(spec.get("source") or ""), str(spec.get("entry") or ""), bool(spec.get("shared"))
+    if shared and not source.startswith("/"):
+        problems.append(f"train_job_source={source!r} with train_job_source_shared: give the folder's absolute "
+                        "path as every training node mounts it")
+    elif not shared and not os.path.isdir(source):
+        problems.append(f"train_job_source={source} is not a folder on the controller: point it at the folder "
+                        "that holds your code (a relative path is from the project root)")
+    if not entry or entry.startswith("/") or ".." in Path(entry).parts:
+        problems.append(f"train_job_entry={entry!r} is outside train_job_source={source}: name the script by its "
+                        "path inside that folder (e.g. distributed_train.py)")
+    elif not shared and os.path.isdir(source):
+        real_source = os.path.realpath(source)
+        real_entry = os.path.realpath(os.path.join(source, entry))
+        if os.path.commonpath([real_source, real_entry]) != real_source:
+            problems.append(f"train_job_entry={entry} leads outside train_job_source={source} (a symlink to "
+                            f"{real_entry}): put the script itself in that folder")
+        elif not os.path.isfile(real_entry):
+            problems.append(f"train_job_entry={entry} is not a file in train_job_source={source}: name the script "
+                            "that starts your job")
+    if not shared and os.path.isdir(source):
+        special = _special_bits(source, spec.get("exclude") or ())
+        if special:
+            problems.append(f"train_job_source={source} holds set-user-ID, set-group-ID or sticky files: "
+                            f"{', '.join(special[:5])}{' ...' if len(special) > 5 else ''}; root installs the "
+                            "code on every node and keeps no such bit: clear them (chmod ug-s,-t FILE)")
+    problems += _limit_problems(spec)
+    args = spec.get("args")
+    if not isinstance(args, Mapping) and not (isinstance(args, (list, tuple))
+                                              and all(isinstance(arg, str) for arg in args)):
+        wrong = [arg for arg in args if not isinstance(arg, str)] if isinstance(args, (list, tuple)) else args
+        problems.append(f"train_job_args holds {wrong!r}: give a list of strings, passed to the program as they "
+                        "are (quote numbers: ['--epochs', '10']), or a mapping of train.py's options")
+    return problems
+
+
+def train_job_fingerprint(parts):
+    """sha256 over what decides a run's result: platform, code, data, arguments, placement."""
+    _platform(parts)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def train_job_part_digests(parts):
+    """sha256 of each part of the fingerprint: a run record names which parts another run differs in."""
+    return {key: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+            for key, value in parts.items()}
+
+
+PART_WORDS = {"code": "code", "data": "data", "program": "program or arguments", "layout": "placement",
+              "env": "environment", "secret_env": "secret environment's names", "mca": "MCA parameters",
+              "backend": "backend", "platform": "platform", "cluster": "cluster"}
+
+
+def _differing(record, parts):
+    theirs = record.get("parts") if isinstance(record.get("parts"), dict) else {}
+    return [PART_WORDS.get(key, key) for key in sorted(parts) if theirs.get(key) != parts[key]]
+
+
+def train_job_plan(spec):
+    """Whether the job runs, whether it continues a run's checkpoint, and why, from the controller's records.
+
+    spec: name, force, resume, fresh, fingerprint, parts (train_job_part_digests), source, owner,
+    last_success and latest (the records, {} when none), report_exists (the last success's report is there).
+    A latest run without an exit code was interrupted (Ctrl-C, a lost controller): it is resumable like a
+    failed one, but only with the same fingerprint. A latest run of another code folder or owner under the
+    same name holds the checkpoint: refused unless fresh is asked for."""
+    name, parts = spec["name"], spec["parts"]
+    latest = spec.get("latest") or {}
+    previous = spec.get("last_success") or {}
+    plan = {"previous": previous, "must_run": True, "resuming": False, "why": "", "refused": ""}
+    # Records older than the source and owner fields name neither: nothing to compare.
+    if latest.get("source") and not spec.get("fresh") and \
+            (latest.get("source"), latest.get("owner")) != (spec.get("source"), spec.get("owner")):
+        plan["refused"] = (
+            f"job {name} holds the checkpoint of run {latest.get('run_id')}, started by "
+            f"{latest.get('owner') or 'someone'} from {latest.get('source') or 'other code'}; this is "
+            f"{spec.get('owner')}'s {spec.get('source')}. Give this job a name of its own (train_job_name), "
+            f"or set train_job_fresh=true to start it fresh over that checkpoint. Nothing was changed.")
+        return plan
+    if (not spec.get("force") and previous.get("fingerprint") == spec["fingerprint"]
+            and spec.get("report_exists")):
+        plan["must_run"] = False
+        return plan
+    unfinished = bool(latest) and latest.get("rc") != 0
+    if not (unfinished and spec.get("resume")):
+        return plan
+    how = "was interrupted" if latest.get("rc") is None else f"failed (rc {latest.get('rc')})"
+    if spec.get("fresh"):
+        plan["why"] = f"{name} starts fresh (train_job_fresh): run {latest.get('run_id')} {how}."
+    elif latest.get("fingerprint") == spec["fingerprint"]:
+        plan["resuming"] = True
+        plan["why"] = f"{name} continues run {latest.get('run_id')}, which {how}, from its last checkpoint."
+    else:
+        plan["why"] = (f"{name} starts fresh: run {latest.get('run_id')} {how}, but its checkpoint is of other "
+                       f"{', '.join(_differing(latest, parts)) or 'settings'} than this run's.")
+    return plan
+
+
+def train_job_run_files(platform):
+    """The run directory's file names for a Linux or Windows run (scripts/job_files.py)."""
+    return job_files.run_files(_platform({"platform": platform}))
+
+
+SAFE_PATH = re.compile(r"[A-Za-z0-9._+/-]+")
+
+
+def train_job_fetch_list(find_results, output_dir, reserved):
+    """What comes back from the head node, as [{src, dest}]: dest is relative to the
+    run's folder on the controller. Files found under output_dir keep their path
+    below it, except one whose first part is a record's name (reserved); the
+    run's records keep their name. A path with '..', odd characters, or not
+    under the folder it was found in is left on the node: what the node
+    reports is its word only."""
+    wanted = []
+    for result in find_results or []:
+        base = str((result.get("item") or {}).get("path", "")).rstrip("/")
+        is_output = base == str(output_dir).rstrip("/")
+        for found in result.get("files") or []:
+            path = str(found.get("path", ""))
+            if not base or not path.startswith(base + "/"):
+                continue
+            relative = path[len(base) + 1:]
+            parts = relative.split("/")
+            if not SAFE_PATH.fullmatch(relative) or any(part in ("", ".", "..") for part in parts):
+                continue
+            if is_output and parts[0] in reserved:
+                continue
+            if not is_output and len(parts) != 1:
+                continue
+            wanted.append({"src": path, "dest": relative})
+    return sorted(wanted, key=lambda entry: entry["dest"])
+
+
+def train_job_failure(outcome, local_dir):
+    """The failed rank's own words: `outcome` with failed_rank, failed_host and
+    `error` (the last lines of that rank's stderr: a traceback's exception,
+    CNTK's message) taken from the logs fetched to local_dir; the first rank
+    whose stderr holds a traceback when mpirun did not name one."""
+    outcome = dict(outcome)
+    found = job_files.rank_error(Path(local_dir) / job_files.LOGS_DIR, outcome.get(job_files.JOB_FAILED_HOST),
+                                 outcome.get(job_files.JOB_FAILED_RANK))
+    if found:
+        rank, host, error = found
+        outcome.update({job_files.JOB_FAILED_RANK: rank, job_files.JOB_FAILED_HOST: host, "error": error})
+    return outcome
+
+
+class FilterModule:
+    def filters(self):
+        return {"train_job_program_args": train_job_program_args, "train_job_job_env": train_job_job_env,
+                "train_job_command": train_job_command, "train_job_source_digest": train_job_source_digest,
+                "train_job_source_files": train_job_source_files,
+                "train_job_input_problems": train_job_input_problems,
+                "train_job_part_digests": train_job_part_digests,
+                "train_job_plan": train_job_plan,
+                "train_job_fingerprint": train_job_fingerprint, "train_job_run_files": train_job_run_files,
+                "train_job_failure": train_job_failure, "train_job_fetch_list": train_job_fetch_list}

@@ -1,0 +1,115 @@
+"""Mitogen, the project's default strategy, on a 1-node local cluster of its own
+(`mitogen`, 127.0.0.101): it is what runs the tasks, and it still checks host
+keys as the inventory says (UserKnownHostsFile, StrictHostKeyChecking=yes)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[4]
+NAME = "mitogen"
+STATE = ROOT / ".cluster" / NAME
+TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+ANSIBLE = str(Path(sys.executable).with_name("ansible"))
+# A shell task's parent: under mitogen, a Python that calls itself python3(mitogen:...).
+PARENT = 'tr "\\0" " " </proc/$PPID/cmdline'
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.101", "--nodes=1", "--backend=numpy"],
+                   check=True, capture_output=True, text=True)
+    yield STATE / "known_hosts"
+    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+
+
+def on_node1(tmp_path, strategy=None):
+    """The parent command line of a shell task on node1, with the project's config."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               # A fresh SSH control socket: a master left by an earlier run would skip the key check.
+               ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+    env.pop("ANSIBLE_STRATEGY", None)
+    if strategy:
+        env["ANSIBLE_STRATEGY"] = strategy
+    return subprocess.run([ANSIBLE, "-i", str(STATE / "inventory"), "node1", "-m", "ansible.builtin.shell",
+                           "-a", PARENT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+
+
+def test_mitogen_runs_the_tasks_by_default(cluster, tmp_path):
+    result = on_node1(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "(mitogen:" in result.stdout
+
+
+def test_linear_turns_it_off(cluster, tmp_path):
+    result = on_node1(tmp_path, "linear")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "(mitogen:" not in result.stdout
+
+
+# How each strategy reports ssh's refusal.
+REFUSED = {"mitogen_linear": "SSH reported an unrecognized or mismatching host key",
+           "linear": "Host key verification failed"}
+
+
+@pytest.mark.parametrize("strategy", REFUSED)
+def test_a_changed_host_key_is_refused(cluster, tmp_path, strategy):
+    pinned = cluster.read_text()
+    # Same address and key types, other keys: what a man in the middle would show.
+    changed = []
+    for n, line in enumerate(pinned.splitlines()):
+        address, kind, _ = line.split()
+        key = tmp_path / f"key{n}"
+        subprocess.run(["ssh-keygen", "-q", "-N", "", "-t", kind.removeprefix("ssh-").split("-")[0], "-f", str(key)],
+                       check=True)
+        changed.append(f"{address} {kind} {(tmp_path / f'key{n}.pub').read_text().split()[1]}")
+    cluster.write_text("\n".join(changed) + "\n")
+    try:
+        result = on_node1(tmp_path, strategy)
+    finally:
+        cluster.write_text(pinned)
+    assert result.returncode != 0
+    assert "node1 | UNREACHABLE" in result.stdout and REFUSED[strategy] in result.stdout
+    assert on_node1(tmp_path / "again", strategy).returncode == 0
+
+
+def test_an_unknown_host_is_refused(cluster, tmp_path):
+    pinned = cluster.read_text()
+    cluster.write_text("")
+    try:
+        result = on_node1(tmp_path)
+    finally:
+        cluster.write_text(pinned)
+    assert "node1 | UNREACHABLE" in result.stdout and REFUSED["mitogen_linear"] in result.stdout
+
+
+def test_commands_on_the_controller_may_use_every_cpu(tmp_path):
+    """Mitogen pins its workers, and the commands they start on the controller, to one CPU of two on a small
+    controller; the project's strategy shim turns that pinning off (plugins/strategy/mitogen_linear.py)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this process may use one CPU only: no narrowing to see")
+    playbook = tmp_path / "affinity.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.command: grep Cpus_allowed_list /proc/self/status\n"
+        "      register: affinity\n      changed_when: false\n"
+        "    - ansible.builtin.debug: {msg: 'CPUS={{ affinity.stdout.split()[-1] }}'}\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env.pop("ANSIBLE_STRATEGY", None)
+    result = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c",
+                             "local", "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    shown = re.search(r"CPUS=([0-9,-]+)", result.stdout).group(1)
+    cpus = set()
+    for part in shown.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    assert cpus == os.sched_getaffinity(0), shown
