@@ -14,7 +14,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # The checkout as the cntk.cluster collection, for Python run outside Ansible (bench/).
 export PYTHONPATH := $(CURDIR)/.collections
 
-.PHONY: cluster test venv up down status site artifacts lint syntax unit molecule slow e2e bench clean
+.PHONY: cluster test venv up down status site artifacts lint syntax unit molecule slow e2e bench docs clean
 
 cluster: up site
 
@@ -76,6 +76,11 @@ bench: venv
 	$(PY) bench/train_bench.py
 	$(PY) bench/train_bench.py --name train_scaling --models mlp --hidden 1024 --minibatches 512 --epochs 60
 	$(PY) bench/strategy_bench.py
+	$(PY) bench/summary.py
+
+# The generated docs: role variable tables from the argument specs, bench figures from bench/results/*.json.
+docs: venv
+	$(PY) tools/role_docs.py
 	$(PY) bench/summary.py
 
 clean: down

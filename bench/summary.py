@@ -4,7 +4,9 @@
     bench/summary.py
 
 Reads what the other benchmarks wrote (bench/results/*.json; `make bench`
-runs this last) and writes bench/results/summary.md: one row per goal, with
+runs this last) and writes bench/results/summary.md and the figures section of
+bench/README.md (between its two marker lines; tests/unit/bench checks the
+committed README is what the committed results render): one row per goal, with
 the figure the goal was set against (measured before this work, quoted), the
 figure in the results now (with its file's date and load), the goal, whether
 it is met, and for a goal not met what bounds it: the measured figure beside
@@ -16,6 +18,7 @@ starting figures and the goals.
 """
 
 import json
+import re
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -246,8 +249,21 @@ def collect_rows():
     return rows
 
 
-def main():
-    rows = site_rows() + strategy_rows() + data_rows() + train_rows() + fanout_rows() + collect_rows()
+README = RESULTS.parent / "README.md"
+BEGIN = "<!-- BEGIN generated: figures (bench/summary.py, from bench/results/*.json) -->"
+END = "<!-- END generated: figures -->"
+
+
+def rows():
+    return site_rows() + strategy_rows() + data_rows() + train_rows() + fanout_rows() + collect_rows()
+
+
+def table(goal_rows):
+    lines = ["| what | started at | now | goal | | what bounds it |", "| --- | --- | --- | --- | --- | --- |"]
+    return lines + [f"| {' | '.join(row)} |" for row in goal_rows]
+
+
+def render_summary(goal_rows):
     lines = ["# Speed goals: where each started, where it is", "",
              "The starting figures were measured before this work (quoted); the figures now come from "
              "`bench/results/*.json` as `make bench` last wrote them, each with its date and the load average "
@@ -256,11 +272,59 @@ def main():
              "Ansible's floor (as many `ping` tasks as a host ran, over the same nodes with the same command line and "
              "ansible.cfg: Ansible's own per-task cost, bench/ansible_floor.py), or for the training ranks the "
              "machine's ceiling (as many independent copies of the 1-rank job at once, each on its own core, without "
-             "MPI); a goal beyond its bound cannot be met on this machine by changing the project's tasks.", "",
-             "| what | started at | now | goal | | what bounds it |", "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {' | '.join(row)} |" for row in rows]
-    (RESULTS / "summary.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+             "MPI); a goal beyond its bound cannot be met on this machine by changing the project's tasks.", ""]
+    return "\n".join(lines + table(goal_rows)) + "\n"
+
+
+def scale_model():
+    """The scale model's inputs and its estimates (README: t_site(N) = T * N * c / C when the controller bounds it)."""
+    cluster = load("cluster")
+    if not cluster or "floor_tasks" not in cluster["runs"]["now"]:
+        return ["Scale model: `results/cluster.json` not measured."]
+    now = cluster["runs"]["now"]
+    cores = int(re.search(r"(\d+) cores", cluster.get("machine", "2 cores")).group(1))
+    tasks, nodes = now["floor_tasks"], cluster["nodes"]
+    per_task = now["site_second_s"] * cores / (nodes * tasks)
+    floor_per_task = now["floor_s"] * cores / (nodes * tasks)
+    lines = [f"Scale model inputs (`results/cluster.md`, {when(cluster)}): T = {tasks} tasks, the converged "
+             f"`site.yml` {now['site_second_s']} s on N = {nodes} nodes and C = {cores} cores, so c ≈ "
+             f"{per_task:.2f} CPU-seconds per host-task (an upper bound: the nodes share those cores); Ansible's "
+             f"floor ({tasks} pings) {now['floor_s']} s, c ≈ {floor_per_task:.2f}.", "",
+             "| N | controller | converged site.yml (model: T · N · c / C) |", "| ---: | --- | ---: |"]
+    for size, controller_cores, label in ((64, cores, f"{cores} cores"), (64, 32, "32 cores, forks 64"),
+                                           (512, 32, "32 cores, forks 64")):
+        lines.append(f"| {size} | {label} | ≈ {tasks * size * per_task / controller_cores:.0f} s |")
+    return lines
+
+
+def render_figures(goal_rows):
+    """bench/README.md's generated block: the goals table and each result file's date and load."""
+    files = sorted(path.stem for path in RESULTS.glob("*.json"))
+    runs = []
+    for name in files:
+        figures = load(name)
+        runs.append(f"- `results/{name}.md` ({when(figures) if isinstance(figures, dict) else '?'})")
+    lines = [BEGIN, "",
+             "Rendered by `bench/summary.py` from the committed `results/*.json` (the same table as "
+             "`results/summary.md`); each result file's own page has every figure and how it was measured.", ""]
+    lines += table(goal_rows) + [""] + scale_model() + ["", "Result files (date, load at the start):", ""] + runs
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def render_readme(text, goal_rows):
+    """bench/README.md with its generated block replaced."""
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + render_figures(goal_rows) + tail
+
+
+def main():
+    goal_rows = rows()
+    summary = render_summary(goal_rows)
+    (RESULTS / "summary.md").write_text(summary)
+    README.write_text(render_readme(README.read_text(), goal_rows))
+    print(summary, end="")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Filters:
     hostvars | cluster_platform_problem(groups)             -> '' or why the mix is refused
     hostvars | cluster_platform(groups)                     -> 'linux' | 'windows' | 'none'
 
-Pure Python, unit-tested in tests/test_cluster_platform.py.
+Pure Python, unit-tested in tests/unit/plugins/filter/test_cluster_platform.py.
 """
 
 from collections.abc import Mapping

@@ -27,7 +27,7 @@ Filter:
 host_vars/) that set the name, relative to the project root when inside it;
 empty when it came from the extra vars (or inventory_dir is not given).
 
-Pure Python, unit-tested in tests/test_inventory_names.py.
+Pure Python, unit-tested in tests/unit/plugins/filter/test_inventory_names.py.
 """
 
 import difflib

@@ -286,7 +286,7 @@ def train_job_plan(spec):
 
 
 def train_job_run_files(platform):
-    """The run directory's file names for a Linux or Windows run (scripts/job_files.py)."""
+    """The run directory's file names for a Linux or Windows run (plugins/module_utils/job_files.py)."""
     return job_files.run_files(_platform({"platform": platform}))
 
 

@@ -19,7 +19,7 @@ per host):
     cntk_matrix | cntk_matrix_rows           -> the matrix as table rows
 
 The functions are plain Python and are unit-tested directly
-(tests/test_version_matrix.py).
+(tests/unit/plugins/filter/test_version_matrix.py).
 """
 
 import copy

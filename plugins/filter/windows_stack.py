@@ -9,7 +9,7 @@ installers. Those pins live in the matrix's `windows` section.
     stack | win_stack_select(pins, backend, toolkit, driver) -> what a Windows node installs
     selected | win_stack_artifacts                           -> items for the artifact_cache role
 
-Pure Python, unit-tested in tests/test_windows_stack.py.
+Pure Python, unit-tested in tests/unit/plugins/filter/test_windows_stack.py.
 """
 
 from collections.abc import Mapping

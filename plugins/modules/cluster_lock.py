@@ -34,7 +34,7 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 
 HOLDER = "holder.json"
-# A run folder's files (scripts/job_files.py: PID, EXIT_CODE).
+# A run folder's files (plugins/module_utils/job_files.py: PID, EXIT_CODE).
 PID_FILE, EXIT_FILE = "pid", "exit_code"
 
 

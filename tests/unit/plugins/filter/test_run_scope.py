@@ -1,4 +1,4 @@
-"""Preflight's check of site.yml's --tags, --skip-tags and --limit (roles/preflight/filter_plugins/run_scope.py)."""
+"""Preflight's check of site.yml's --tags, --skip-tags and --limit (plugins/filter/run_scope.py)."""
 
 from pathlib import Path
 

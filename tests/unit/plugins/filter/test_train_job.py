@@ -1,4 +1,4 @@
-"""roles/train_job/filter_plugins/train_job.py: the program's arguments and the
+"""plugins/filter/train_job.py: the program's arguments and the
 job contract's environment (one filter for both platforms), mpirun's command
 line, the code sent and its fingerprint, the job input's problems, what
 comes back, the failed rank's words and the run directory's names."""
