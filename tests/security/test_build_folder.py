@@ -4,15 +4,13 @@ world-writable parent (where another user could pre-create it and swap
 
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from source_build_helpers import compiles, run, source_tarball
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-from test_source_build import compiles, run, source_tarball  # noqa: E402
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import cluster_lock as lock
+from ansible_collections.cntk.cluster.plugins.modules import cluster_lock as lock
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("cluster_lock_action", ROOT / "plugins" / "action" / "cluster_lock.py")
@@ -90,7 +90,7 @@ def test_a_run_that_is_not_alive_or_a_hostile_pid_file_is_not_a_live_run(tmp_pat
 
 
 def test_the_run_file_names_are_the_protocols():
-    import job_files
+    from ansible_collections.cntk.cluster.plugins.module_utils import job_files
     assert (lock.PID_FILE, lock.EXIT_FILE) == (job_files.PID, job_files.EXIT_CODE)
 
 

@@ -5,14 +5,12 @@ _stop_job's command runs in sh, with kill replaced by a recorder."""
 
 import getpass
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "train_job" / "action_plugins"))
-import train_job_follow  # noqa: E402
+from ansible_collections.cntk.cluster.plugins.action import train_job_follow
 
 
 def killed(tmp_path, pid_text, user="cntk"):

@@ -10,24 +10,19 @@ a healthy job. The probe here is the follower's own script, run by sh as it
 is on the head node; the fetch is collect-Linux.yml's own command prefix."""
 
 import configparser
-import importlib.util
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ansible_collections.cntk.cluster.plugins.action import train_job_follow as follow
+from ansible_collections.cntk.cluster.plugins.filter import train_job as tj
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "train_job_follow", ROOT / "roles" / "train_job" / "action_plugins" / "train_job_follow.py")
-follow = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(follow)
-sys.path.insert(0, str(ROOT / "roles" / "train_job" / "filter_plugins"))
-import train_job as tj  # noqa: E402
 
 
 @pytest.fixture
@@ -129,7 +124,7 @@ def test_negative_or_zero_limits_are_refused(name, value):
 
 def test_a_ranks_escape_sequences_do_not_reach_the_terminal(tmp_path):
     # Issue 27, finding 10: the failed rank's words are quoted in the playbook's failure message.
-    import job_files
+    from ansible_collections.cntk.cluster.plugins.module_utils import job_files
     stderr = tmp_path / "logs" / "node1" / "1" / "rank.0" / "stderr"
     stderr.parent.mkdir(parents=True)
     stderr.write_text("x" * 200000 + "\nTraceback (most recent call last):\n  File \"t.py\", line 1\n"

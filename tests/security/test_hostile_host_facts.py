@@ -2,14 +2,12 @@
 wildcard, a second line or an @cert-authority line in every node's
 ssh_known_hosts, nor widen the cluster key's from= option."""
 
-import sys
 from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles" / "ssh_mesh" / "filter_plugins"))
-from ssh_mesh import ssh_from_option, ssh_known_hosts_lines  # noqa: E402
+from ansible_collections.cntk.cluster.plugins.filter.ssh_mesh import ssh_from_option, ssh_known_hosts_lines
 
 KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIJ2kq0K5w2tWAd3yXxQ0v0lJm2zYx9Q8c5gY7tWb3aZp"
 

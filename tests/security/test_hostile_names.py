@@ -2,13 +2,11 @@
 refused by preflight, naming the value and the allowed form, before any node
 is contacted (the filter preflight runs, on hostile values)."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles" / "preflight" / "filter_plugins"))
-from cluster_inventory import cluster_inventory_problems  # noqa: E402
+from ansible_collections.cntk.cluster.plugins.filter.cluster_inventory import cluster_inventory_problems
 
 GOOD = {"cluster_name": "rack1", "cluster_training_user": "cntk", "cluster_training_uid": 2000,
         "cluster_mpi_interface": "eth1", "cluster_slots": 1, "ansible_host": "10.9.0.1"}

@@ -4,13 +4,11 @@ reads primary fingerprints with the filter tested here, on real gpg output)."""
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "roles" / "nvidia_apt" / "filter_plugins"))
-from nvidia_apt import gpg_primary_fingerprints  # noqa: E402
+from ansible_collections.cntk.cluster.plugins.filter.nvidia_apt import gpg_primary_fingerprints
 
 
 pytestmark = pytest.mark.skipif(shutil.which("gpg") is None, reason="needs gpg")

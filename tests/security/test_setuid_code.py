@@ -9,15 +9,13 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "train_job" / "filter_plugins"))
-import train_job as tj  # noqa: E402
+from ansible_collections.cntk.cluster.plugins.filter import train_job as tj
 
 
 @pytest.fixture

@@ -4,12 +4,10 @@ controller) left no record, so the next run started fresh over its
 checkpoint; and a job of another folder or user under the same name resumed
 that job's checkpoint. The cluster runs are in test_train_runs.py."""
 
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "train_job" / "filter_plugins"))
-import train_job as tj  # noqa: E402
+from ansible_collections.cntk.cluster.plugins.filter import train_job as tj
 
 PARTS = tj.train_job_part_digests({"code": "c1", "data": ["d"], "program": ["train.py", []], "layout": [],
                                    "cluster": "rack1"})
