@@ -38,13 +38,13 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.cntk.cluster.plugins.module_utils import job_files  # PYTHONPATH=.collections (make bench)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 NODES = 2
-sys.path.insert(0, str(ROOT / "scripts"))
-import job_files  # noqa: E402  (the path above)
 
 # roles/train_job/tasks/collect-Linux.yml as it was before issue 13 (commit 1dbb0d6).
 FETCH_TASKS = """---

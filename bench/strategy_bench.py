@@ -28,8 +28,8 @@ from pathlib import Path
 
 import ansible_mitogen
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_bench import recap_totals, timed  # noqa: E402  (one run/recap helper for the benches)
+# bench/ is the script's own folder, first on the import path.
+from cluster_bench import recap_totals, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

@@ -22,9 +22,8 @@ import numpy as np
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster_helpers  # noqa: E402
-from cluster_helpers import node_shell, playbook_env, recap  # noqa: E402
+import cluster_helpers
+from cluster_helpers import node_shell, playbook_env, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another name and address range let a second checkout run this file beside CI's.

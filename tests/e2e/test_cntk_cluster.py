@@ -31,10 +31,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import cluster_helpers  # noqa: E402
-from cluster_helpers import node_shell, playbook_argv, playbook_env, recap  # noqa: E402
+import cluster_helpers
+from cluster_helpers import node_shell, playbook_argv, playbook_env, recap
 import local_cluster  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster_helpers  # noqa: E402
+import cluster_helpers
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("FABRIC_CLUSTER_NAME", "fabric13")

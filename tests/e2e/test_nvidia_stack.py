@@ -27,10 +27,12 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "doubles"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_helpers import node_shell, recap  # noqa: E402
-import nvidia_packages  # noqa: E402
+from cluster_helpers import node_shell, recap
+import source_modules
+
+# The NVIDIA package repository double (tests/doubles), by a name of its own.
+nvidia_packages = source_modules.load(Path(__file__).resolve().parents[1] / "doubles" / "nvidia_packages.py",
+                                      "nvidia_packages_double")
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "nvstack"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from cluster_helpers import ansible_playbook  # noqa: E402
+from cluster_helpers import ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "sec"

@@ -11,14 +11,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from cluster_helpers import ansible_playbook, node_shell, playbook_argv, playbook_env, recap  # noqa: E402
+from cluster_helpers import ansible_playbook, node_shell, playbook_argv, playbook_env, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "sec"

@@ -4,13 +4,11 @@
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from cluster_helpers import ansible_playbook, node_shell  # noqa: E402
+from cluster_helpers import ansible_playbook, node_shell
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "sec"

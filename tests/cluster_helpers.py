@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import local_cluster  # noqa: E402
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
