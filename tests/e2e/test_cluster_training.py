@@ -24,7 +24,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster_helpers  # noqa: E402
-from cluster_helpers import node_shell, playbook_env, recap  # noqa: E402
+from cluster_helpers import LOCAL_CLUSTER, node_shell, playbook_env, recap  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another name and address range let a second checkout run this file beside CI's.
@@ -32,7 +32,7 @@ NAME = os.environ.get("E2E_CLUSTER_NAME", "e2e")
 FIRST_ADDRESS = os.environ.get("E2E_FIRST_ADDRESS", "127.0.0.51")
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = LOCAL_CLUSTER
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 NODES = ["node1", "node2", "node3", "node4"]
 JOB = "digits-softmax"

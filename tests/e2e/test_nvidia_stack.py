@@ -29,13 +29,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "doubles"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster_helpers import node_shell, recap  # noqa: E402
+from cluster_helpers import LOCAL_CLUSTER, node_shell, recap  # noqa: E402
 import nvidia_packages  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "nvstack"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = LOCAL_CLUSTER
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 PINNED = {"cuda-drivers": "410.48-1", "cuda-cudart-10-0": "10.0.130-1", "cuda-libraries-10-0": "10.0.130-1",
           "libcudnn7": "7.3.1.20-1+cuda10.0", "libnccl2": "2.3.5-2+cuda10.0"}

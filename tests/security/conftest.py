@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from cluster_helpers import ansible_playbook  # noqa: E402
+from cluster_helpers import LOCAL_CLUSTER, ansible_playbook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "sec"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = LOCAL_CLUSTER
 
 
 @pytest.fixture(scope="session")
