@@ -11,8 +11,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-# The checkout as the cntk.cluster collection, for Python run outside Ansible (bench/).
-export PYTHONPATH := $(CURDIR)/.collections
+# The checkout as the cntk.cluster collection, for Python run outside Ansible (bench/), and the
+# test harness's tools (tools/: python -m local_cluster).
+export PYTHONPATH := $(CURDIR)/.collections:$(CURDIR)/tools
 
 .PHONY: cluster test venv up down status site artifacts lint syntax unit molecule slow e2e bench docs clean
 
@@ -27,13 +28,13 @@ $(VENV)/.installed: requirements.txt training/requirements.txt
 	touch $@
 
 up: venv
-	$(PY) scripts/local_cluster.py up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK)
+	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK)
 
 down: venv
-	$(PY) scripts/local_cluster.py down
+	$(PY) -m local_cluster down
 
 status: venv
-	$(PY) scripts/local_cluster.py status
+	$(PY) -m local_cluster status
 
 site: venv
 	ansible-playbook site.yml

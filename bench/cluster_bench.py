@@ -45,7 +45,6 @@ import ansible_floor  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
 NAME = "bench"
 FIRST_ADDRESS = "127.0.0.31"
 
@@ -83,11 +82,21 @@ def walked(output):
     return hosts, roles
 
 
+def local_cluster_tool(project):
+    """A checkout's cluster tool as a command: python -m local_cluster with the checkout's tools/ on its import
+    path (given here, so that the bench runs without make too), or scripts/local_cluster.py in a checkout from
+    before the tool moved (--compare)."""
+    old = project / "scripts" / "local_cluster.py"
+    if old.exists():
+        return [sys.executable, str(old)]
+    return ["env", f"PYTHONPATH={project / 'tools'}", sys.executable, "-m", "local_cluster"]
+
+
 def measure(project, args, env):
     """The bench's sequence with the project checkout at `project`."""
     playbook = [str(Path(sys.executable).with_name("ansible-playbook")),
                 "-i", str(project / ".cluster" / NAME / "inventory"), "site.yml"]
-    tool = [sys.executable, str(project / "scripts" / "local_cluster.py")]
+    tool = local_cluster_tool(project)
     up = tool + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", f"--nodes={args.nodes}",
                  f"--backend={args.backend}"]
     down = tool + ["down", f"--name={NAME}"]

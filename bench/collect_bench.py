@@ -42,7 +42,8 @@ from ansible_collections.cntk.cluster.plugins.module_utils import job_files  # P
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+# The cluster tool, tools/ on its import path (given here, so that the bench runs without make too).
+TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 NODES = 2
 

@@ -45,7 +45,8 @@ RESULTS = ROOT / "bench" / "results"
 NAME = "bench"
 STATE = ROOT / ".cluster" / NAME
 INVENTORY = STATE / "inventory"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+# The cluster tool, tools/ on its import path (given here, so that the bench runs without make too).
+TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 DATASET = "synthetic"
 

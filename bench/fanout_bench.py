@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 NAME = "fanout"
 STATE = ROOT / ".cluster" / NAME
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+# The cluster tool, tools/ on its import path (given here, so that the bench runs without make too).
+TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 DATASET = "fanoutset"
 SEND_TASK = "Send the missing or damaged data files"

@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from local_cluster import layout, netns
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import local_cluster  # noqa: E402
+# The harness's cluster tool (tools/local_cluster) as a command, with tools/ on its import path: it runs the
+# same under plain pytest (whose pythonpath reaches this process only) as under make.
+LOCAL_CLUSTER = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 
 
@@ -73,7 +76,7 @@ def counters(cluster, nodes):
                              capture_output=True, text=True, check=True).stdout.strip()
         shown = subprocess.run(["nsenter", "-t", pid, "-n", "ip", "-j", "-s", "link", "show"],
                                capture_output=True, text=True, check=True).stdout
-        found[node] = local_cluster.interface_bytes(shown)
+        found[node] = netns.interface_bytes(shown)
     return found
 
 
@@ -122,7 +125,7 @@ def check_netns_inventory(cluster, inventory):
     settings and the hostfile's names resolve to the fabric."""
     hosts = yaml.safe_load((Path(inventory) / "hosts.yml").read_text())["all"]["children"]["cluster"][
         "children"]["training"]["hosts"]
-    management, fabric = local_cluster.netns_subnets(cluster)
+    management, fabric = layout.netns_subnets(cluster)
     for hv in hosts.values():
         assert hv["cluster_mpi_interface"] == "fab0"
         assert ipaddress.ip_address(hv["ansible_host"]) in management

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 import cluster_helpers
-from cluster_helpers import node_shell, playbook_env, recap
+from cluster_helpers import LOCAL_CLUSTER, node_shell, playbook_env, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another name and address range let a second checkout run this file beside CI's.
@@ -31,7 +31,7 @@ NAME = os.environ.get("E2E_CLUSTER_NAME", "e2e")
 FIRST_ADDRESS = os.environ.get("E2E_FIRST_ADDRESS", "127.0.0.51")
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = LOCAL_CLUSTER
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 NODES = ["node1", "node2", "node3", "node4"]
 JOB = "digits-softmax"

@@ -1,8 +1,8 @@
 """Real CNTK 2.7 across a 4-node cluster of its own (`cntkreal`) on the layout `make cluster` brings up: systemd
 nodes, each in a network namespace of its own with a management NIC (mgmt0: the controller, Ansible, SSH) and a
-fabric NIC (fab0: MPI, the SSH mesh, the data), each on a host bridge made by scripts/local_cluster.py.
+fabric NIC (fab0: MPI, the SSH mesh, the data), each on a host bridge made by tools/local_cluster.
 
-`local_cluster.py up --backend cntk` writes the inventory a user of the local
+`python -m local_cluster up --backend cntk` writes the inventory a user of the local
 cluster gets: CPU nodes, the controller's pyenv CPython 3.6.15 shipped to the
 nodes by the cpython role (a prebuilt, relocated to /opt/cntk/python3.6), the
 real cntk 2.7.post2 wheel from the matrix (downloaded once, sha256-checked),
@@ -31,23 +31,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import cluster_helpers
-from cluster_helpers import node_shell, playbook_argv, playbook_env, recap
-import local_cluster  # noqa: E402
+from cluster_helpers import LOCAL_CLUSTER, node_shell, playbook_argv, playbook_env, recap
+from local_cluster.backend import pyenv_python
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "cntkreal"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = LOCAL_CLUSTER
 NODES = ["node1", "node2", "node3", "node4"]
 JOB = "digits-softmax"
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nsenter") is None,
                        reason="the netns layout needs root (Docker, debootstrap, ip, nsenter)"),
-    pytest.mark.skipif(local_cluster.pyenv_python() is None,
+    pytest.mark.skipif(pyenv_python() is None,
                        reason="no pyenv CPython 3.6.15 on this machine: CNTK 2.7's wheel needs it"),
 ]
 
@@ -76,7 +75,7 @@ def cluster():
                         capture_output=True, text=True)
     if up.returncode != 0:
         subprocess.run(TOOL + ["down", f"--name={NAME}"], capture_output=True)
-        pytest.fail(f"local_cluster.py up --network netns --backend cntk failed:\n{up.stdout}\n{up.stderr}")
+        pytest.fail(f"python -m local_cluster up --network netns --backend cntk failed:\n{up.stdout}\n{up.stderr}")
     started = time.monotonic()
     site, readings = cluster_helpers.site_with_counters(NAME, NODES, INVENTORY)
     seconds = time.monotonic() - started

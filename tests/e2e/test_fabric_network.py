@@ -1,7 +1,7 @@
 """End to end on the netns layout on Debian 13 (issue 14's distribution matrix): a 2-node numpy cluster of its own
 (`fabric13`: Open MPI 5, Python 3.13) where every node has a network namespace with a management NIC (mgmt0: the
 controller, Ansible, SSH) and a fabric NIC (fab0: MPI, the SSH mesh, the data), each on a host bridge made by
-scripts/local_cluster.py. Debian 12's row of these checks runs on the real-CNTK cluster (test_cntk_cluster.py),
+tools/local_cluster. Debian 12's row of these checks runs on the real-CNTK cluster (test_cntk_cluster.py),
 which has the same layout; molecule's debian13 scenario runs site.yml twice on Debian 13 (changed=0 the second
 time) and its verify.
 
@@ -26,7 +26,7 @@ import cluster_helpers
 ROOT = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("FABRIC_CLUSTER_NAME", "fabric13")
 SUITE = "trixie"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = cluster_helpers.LOCAL_CLUSTER
 NODES = ["node1", "node2"]
 JOB = "digits-softmax"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
@@ -46,7 +46,7 @@ def cluster():
                                 f"--suite={SUITE}"], capture_output=True, text=True)
     if up.returncode != 0:
         subprocess.run(TOOL + ["down", f"--name={NAME}"], capture_output=True)
-        pytest.fail(f"local_cluster.py up --network netns --suite {SUITE} failed:\n{up.stdout}\n{up.stderr}")
+        pytest.fail(f"python -m local_cluster up --network netns --suite {SUITE} failed:\n{up.stdout}\n{up.stderr}")
     print(f"{SUITE}: cluster up {time.monotonic() - started:.0f} s (the node image built if missing)")
     started = time.monotonic()
     site, readings = cluster_helpers.site_with_counters(NAME, NODES, INVENTORY)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import node_shell, recap
 import source_modules
+from cluster_helpers import LOCAL_CLUSTER, node_shell, recap
 
 # The NVIDIA package repository double (tests/doubles), by a name of its own.
 nvidia_packages = source_modules.load(Path(__file__).resolve().parents[1] / "doubles" / "nvidia_packages.py",
@@ -37,7 +37,7 @@ nvidia_packages = source_modules.load(Path(__file__).resolve().parents[1] / "dou
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "nvstack"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = LOCAL_CLUSTER
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 PINNED = {"cuda-drivers": "410.48-1", "cuda-cudart-10-0": "10.0.130-1", "cuda-libraries-10-0": "10.0.130-1",
           "libcudnn7": "7.3.1.20-1+cuda10.0", "libnccl2": "2.3.5-2+cuda10.0"}

@@ -4,18 +4,17 @@ need nodes, converged once by site.yml (numpy backend) and shared."""
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from cluster_helpers import ansible_playbook
+from cluster_helpers import LOCAL_CLUSTER, ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "sec"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+TOOL = LOCAL_CLUSTER
 
 
 @pytest.fixture(scope="session")

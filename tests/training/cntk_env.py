@@ -3,7 +3,7 @@
 CNTK 2.7's cp36 wheel needs CPython 3.6 with a shared libpython and Open MPI
 1.10's sonames (libmpi.so.12, libmpi_cxx.so.1). Here:
 
-- CPython 3.6.15 comes from pyenv, found by scripts/local_cluster.py's pyenv_python.
+- CPython 3.6.15 comes from pyenv, found by tools/local_cluster's pyenv_python.
 - The venv gets exactly the matrix's pins (matrix/cntk.yml: the cpu wheel for
   cntk 2.7 / Python 3.6 and its wheel_deps), installed with
   `pip install --require-hashes` against the matrix's sha256s. It is built
@@ -29,8 +29,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import local_cluster  # noqa: E402
+from local_cluster import backend
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "matrix" / "cntk.yml"
@@ -63,7 +62,7 @@ def pins():
 
 def pyenv_python():
     """CPython 3.6.15's interpreter from pyenv (found as the local cluster finds it), or Unavailable."""
-    prefix = local_cluster.pyenv_python(PYTHON_VERSION)
+    prefix = backend.pyenv_python(PYTHON_VERSION)
     if prefix is None:
         raise Unavailable("CPython {0} not installed in pyenv (`pyenv root`, $PYENV_ROOT or ~/.pyenv, "
                           "versions/{0}): `pyenv install {0}` with a shared libpython".format(PYTHON_VERSION))

@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[4]
 NAME = "mitogen"
 STATE = ROOT / ".cluster" / NAME
-TOOL = [sys.executable, str(ROOT / "scripts" / "local_cluster.py")]
+# tools/ on the tool's import path: plain pytest's pythonpath reaches this process only.
+TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
 ANSIBLE = str(Path(sys.executable).with_name("ansible"))
 # A shell task's parent: under mitogen, a Python that calls itself python3(mitogen:...).
 PARENT = 'tr "\\0" " " </proc/$PPID/cmdline'
