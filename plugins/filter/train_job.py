@@ -2,7 +2,6 @@
 
 import fnmatch
 import hashlib
-import json
 import os
 import re
 import stat
@@ -11,7 +10,7 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.cntk.cluster.plugins.module_utils import job_files
+from ansible_collections.cntk.cluster.plugins.module_utils import job_files, train_plan
 
 PLATFORMS = ("Linux", "Windows")
 SEPARATOR = {"Linux": "/", "Windows": "\\"}
@@ -224,65 +223,19 @@ def train_job_input_problems(spec):
 
 
 def train_job_fingerprint(parts):
-    """sha256 over what decides a run's result: platform, code, data, arguments, placement."""
-    _platform(parts)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    """sha256 over what decides a run's result (plugins/module_utils/train_plan.py)."""
+    try:
+        return train_plan.fingerprint(parts)
+    except ValueError as error:
+        raise AnsibleFilterError(f"train_job_fingerprint: {error}")
 
 
 def train_job_part_digests(parts):
-    """sha256 of each part of the fingerprint: a run record names which parts another run differs in."""
-    return {key: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
-            for key, value in parts.items()}
-
-
-PART_WORDS = {"code": "code", "data": "data", "program": "program or arguments", "layout": "placement",
-              "env": "environment", "secret_env": "secret environment's names", "mca": "MCA parameters",
-              "backend": "backend", "platform": "platform", "cluster": "cluster"}
-
-
-def _differing(record, parts):
-    theirs = record.get("parts") if isinstance(record.get("parts"), dict) else {}
-    return [PART_WORDS.get(key, key) for key in sorted(parts) if theirs.get(key) != parts[key]]
+    return train_plan.part_digests(parts)
 
 
 def train_job_plan(spec):
-    """Whether the job runs, whether it continues a run's checkpoint, and why, from the controller's records.
-
-    spec: name, force, resume, fresh, fingerprint, parts (train_job_part_digests), source, owner,
-    last_success and latest (the records, {} when none), report_exists (the last success's report is there).
-    A latest run without an exit code was interrupted (Ctrl-C, a lost controller): it is resumable like a
-    failed one, but only with the same fingerprint. A latest run of another code folder or owner under the
-    same name holds the checkpoint: refused unless fresh is asked for."""
-    name, parts = spec["name"], spec["parts"]
-    latest = spec.get("latest") or {}
-    previous = spec.get("last_success") or {}
-    plan = {"previous": previous, "must_run": True, "resuming": False, "why": "", "refused": ""}
-    # Records older than the source and owner fields name neither: nothing to compare.
-    if latest.get("source") and not spec.get("fresh") and \
-            (latest.get("source"), latest.get("owner")) != (spec.get("source"), spec.get("owner")):
-        plan["refused"] = (
-            f"job {name} holds the checkpoint of run {latest.get('run_id')}, started by "
-            f"{latest.get('owner') or 'someone'} from {latest.get('source') or 'other code'}; this is "
-            f"{spec.get('owner')}'s {spec.get('source')}. Give this job a name of its own (train_job_name), "
-            f"or set train_job_fresh=true to start it fresh over that checkpoint. Nothing was changed.")
-        return plan
-    if (not spec.get("force") and previous.get("fingerprint") == spec["fingerprint"]
-            and spec.get("report_exists")):
-        plan["must_run"] = False
-        return plan
-    unfinished = bool(latest) and latest.get("rc") != 0
-    if not (unfinished and spec.get("resume")):
-        return plan
-    how = "was interrupted" if latest.get("rc") is None else f"failed (rc {latest.get('rc')})"
-    if spec.get("fresh"):
-        plan["why"] = f"{name} starts fresh (train_job_fresh): run {latest.get('run_id')} {how}."
-    elif latest.get("fingerprint") == spec["fingerprint"]:
-        plan["resuming"] = True
-        plan["why"] = f"{name} continues run {latest.get('run_id')}, which {how}, from its last checkpoint."
-    else:
-        plan["why"] = (f"{name} starts fresh: run {latest.get('run_id')} {how}, but its checkpoint is of other "
-                       f"{', '.join(_differing(latest, parts)) or 'settings'} than this run's.")
-    return plan
+    return train_plan.decide(spec)
 
 
 def train_job_run_files(platform):

@@ -1,0 +1,87 @@
+"""The train step's decision, from the controller's records: the run's
+fingerprint and its per-part digests, whether the job must run, whether it
+continues an unfinished run's checkpoint, and which launcher starts it.
+
+The cntk.cluster.train_job_plan action reads the records and returns this;
+the train_job filters of the same names wrap it for the tests and the YAML."""
+
+import hashlib
+import json
+
+PLATFORMS = ("Linux", "Windows")
+# The launcher seam: one task file per launcher (roles/train_job/tasks/launch-<launcher>.yml).
+LAUNCHERS = {"Linux": "mpirun", "Windows": "mpiexec"}
+
+
+def _platform(parts):
+    platform = parts.get("platform")
+    if platform not in PLATFORMS:
+        raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
+    return platform
+
+
+def launcher(platform):
+    """The launcher for a run on this platform: mpirun (Open MPI, Linux) or mpiexec (MS-MPI, Windows)."""
+    return LAUNCHERS[_platform({"platform": platform})]
+
+
+def fingerprint(parts):
+    """sha256 over what decides a run's result: platform, code, data, arguments, placement."""
+    _platform(parts)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def part_digests(parts):
+    """sha256 of each part of the fingerprint: a run record names which parts another run differs in."""
+    return {key: hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+            for key, value in parts.items()}
+
+
+PART_WORDS = {"code": "code", "data": "data", "program": "program or arguments", "layout": "placement",
+              "env": "environment", "secret_env": "secret environment's names", "mca": "MCA parameters",
+              "backend": "backend", "platform": "platform", "cluster": "cluster"}
+
+
+def _differing(record, parts):
+    theirs = record.get("parts") if isinstance(record.get("parts"), dict) else {}
+    return [PART_WORDS.get(key, key) for key in sorted(parts) if theirs.get(key) != parts[key]]
+
+
+def decide(spec):
+    """Whether the job runs, whether it continues a run's checkpoint, and why, from the controller's records.
+
+    spec: name, force, resume, fresh, fingerprint, parts (train_job_part_digests), source, owner,
+    last_success and latest (the records, {} when none), report_exists (the last success's report is there).
+    A latest run without an exit code was interrupted (Ctrl-C, a lost controller): it is resumable like a
+    failed one, but only with the same fingerprint. A latest run of another code folder or owner under the
+    same name holds the checkpoint: refused unless fresh is asked for."""
+    name, parts = spec["name"], spec["parts"]
+    latest = spec.get("latest") or {}
+    previous = spec.get("last_success") or {}
+    plan = {"previous": previous, "must_run": True, "resuming": False, "why": "", "refused": ""}
+    # Records older than the source and owner fields name neither: nothing to compare.
+    if latest.get("source") and not spec.get("fresh") and \
+            (latest.get("source"), latest.get("owner")) != (spec.get("source"), spec.get("owner")):
+        plan["refused"] = (
+            f"job {name} holds the checkpoint of run {latest.get('run_id')}, started by "
+            f"{latest.get('owner') or 'someone'} from {latest.get('source') or 'other code'}; this is "
+            f"{spec.get('owner')}'s {spec.get('source')}. Give this job a name of its own (train_job_name), "
+            f"or set train_job_fresh=true to start it fresh over that checkpoint. Nothing was changed.")
+        return plan
+    if (not spec.get("force") and previous.get("fingerprint") == spec["fingerprint"]
+            and spec.get("report_exists")):
+        plan["must_run"] = False
+        return plan
+    unfinished = bool(latest) and latest.get("rc") != 0
+    if not (unfinished and spec.get("resume")):
+        return plan
+    how = "was interrupted" if latest.get("rc") is None else f"failed (rc {latest.get('rc')})"
+    if spec.get("fresh"):
+        plan["why"] = f"{name} starts fresh (train_job_fresh): run {latest.get('run_id')} {how}."
+    elif latest.get("fingerprint") == spec["fingerprint"]:
+        plan["resuming"] = True
+        plan["why"] = f"{name} continues run {latest.get('run_id')}, which {how}, from its last checkpoint."
+    else:
+        plan["why"] = (f"{name} starts fresh: run {latest.get('run_id')} {how}, but its checkpoint is of other "
+                       f"{', '.join(_differing(latest, parts)) or 'settings'} than this run's.")
+    return plan

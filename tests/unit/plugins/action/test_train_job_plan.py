@@ -1,0 +1,77 @@
+"""The cntk.cluster.train_job_plan action, run as a task would run it (ansible
+ad hoc on the controller): it reads the job's records itself and returns the
+run's id, fingerprint, digests, decision and launcher."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.cntk.cluster.plugins.module_utils import train_plan
+
+ROOT = Path(__file__).resolve().parents[4]
+PARTS = {"backend": "numpy", "cluster": "c1", "env": {}, "secret_env": [], "layout": [["node1", 2]], "mca": {},
+         "platform": "Linux", "program": ["train.py", []], "code": "abc", "data": ["m1"]}
+
+
+def plan(tmp_path, **args):
+    spec = dict(name="digits", parts=PARTS, artifacts_dir=str(tmp_path), source="/src", owner="me", **args)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_STRATEGY="linear", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_LOCAL_TEMP=str(tmp_path / ".tmp"))
+    run = subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-i", "localhost,",
+                          "-c", "local", "-m", "cntk.cluster.train_job_plan", "-a", json.dumps(spec)],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    head, _, body = run.stdout.partition(" => ")
+    return dict(json.loads(body), failed="FAILED" in head)
+
+
+def write(path, record):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_a_new_job_runs_with_the_platforms_launcher(tmp_path):
+    result = plan(tmp_path)
+    assert not result["failed"], result
+    assert result["must_run"] and not result["resuming"] and result["launcher"] == "mpirun"
+    assert result["fingerprint"] == train_plan.fingerprint(PARTS)
+    assert result["parts"] == train_plan.part_digests(PARTS)
+    assert re.fullmatch(r"\d{8}T\d{6}Z", result["run_id"])
+    assert not result["changed"]
+
+
+def test_the_last_success_with_its_report_is_up_to_date_and_force_runs_it_again(tmp_path):
+    write(tmp_path / "last_success.json", {"run_id": "R1", "fingerprint": train_plan.fingerprint(PARTS)})
+    assert plan(tmp_path)["must_run"], "no report yet: the run is not taken as done"
+    write(tmp_path / "R1" / "report.html", {})
+    result = plan(tmp_path)
+    assert not result["must_run"] and result["previous"]["run_id"] == "R1"
+    assert plan(tmp_path, force=True)["must_run"]
+
+
+def test_an_interrupted_run_of_the_same_fingerprint_is_continued(tmp_path):
+    write(tmp_path / "latest" / "job.json", {"run_id": "R2", "fingerprint": train_plan.fingerprint(PARTS),
+                                               "source": "/src", "owner": "me"})
+    result = plan(tmp_path)
+    assert result["must_run"] and result["resuming"] and "continues run R2" in result["why"]
+    assert not plan(tmp_path, resume=False)["resuming"]
+
+
+def test_a_record_it_cannot_read_is_named_with_the_way_out(tmp_path):
+    (tmp_path / "last_success.json").write_text("{not json")
+    result = plan(tmp_path)
+    assert result["failed"] and str(tmp_path / "last_success.json") in result["msg"] and "move it aside" in result["msg"]
+
+
+@pytest.mark.parametrize("platform, launcher", [("Linux", "mpirun"), ("Windows", "mpiexec")])
+def test_each_platform_has_one_launcher(platform, launcher):
+    assert train_plan.launcher(platform) == launcher
+
+
+def test_an_unknown_platform_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="platform must be one of Linux, Windows"):
+        train_plan.launcher("Plan9")
