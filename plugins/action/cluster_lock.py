@@ -73,7 +73,7 @@ class ActionModule(ActionBase):
         module_args = {"path": args["path"], "state": state, "holder": ours}
         if state == "held" and args.get("running"):
             module_args.update(running=args["running"], refuse_running=bool(args.get("refuse_running")))
-        answer = self._execute_module("cluster_lock", module_args=module_args, task_vars=task_vars)
+        answer = self._execute_module("cntk.cluster.cluster_lock", module_args=module_args, task_vars=task_vars)
         if answer.get("failed"):
             raise AnsibleActionFail(f"{node}: the cluster lock {args['path']}: {answer.get('msg')}")
         if state == "released":
@@ -85,7 +85,7 @@ class ActionModule(ActionBase):
             display.warning(f"{node}: took over the cluster lock from {describe(holder)}: "
                             + ("that run ended without giving it back." if is_stale(holder, ours)
                                else "cluster_lock_break is set."))
-            answer = self._execute_module("cluster_lock", module_args=dict(module_args, replace=holder),
+            answer = self._execute_module("cntk.cluster.cluster_lock", module_args=dict(module_args, replace=holder),
                                           task_vars=task_vars)
             holder = answer.get("holder") or {}
             held_by_other = not answer.get("taken") and holder.get("token") != ours["token"]
