@@ -15,6 +15,8 @@ from ansible_collections.cntk.cluster.plugins.module_utils import dataset_ctf, d
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_manifest import STAT_CACHE
 
 MODULE = Path(sd.__file__).resolve().parents[1] / "modules" / "dataset_shard.py"
+# The folder that holds ansible_collections/, for the module run as a program.
+COLLECTIONS = str(Path(sd.__file__).parents[5])
 
 
 def ctf_lines(count, start=0):
@@ -86,7 +88,7 @@ def start_module(tmp_path, *args, **popen):
     arguments = tmp_path / ("args-%s.json" % os.urandom(4).hex())
     arguments.write_text(json.dumps(module_args(*args)))
     return subprocess.Popen([sys.executable, str(MODULE), str(arguments)], stdout=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)), **popen)
+                            env=dict(os.environ, PYTHONPATH=COLLECTIONS), **popen)
 
 
 def run_module(tmp_path, *args):

@@ -145,7 +145,7 @@ def run_module(args):
     path = Path(args["path"]).parent.parent / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     result = subprocess.run([sys.executable, dataset_files.__file__, str(path)], capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                            env=dict(os.environ, PYTHONPATH=str(Path(dataset_files.__file__).parents[5])))
     return json.loads(result.stdout)
 
 
