@@ -74,8 +74,8 @@ bench: venv
 	$(PY) bench/data_bench.py --nodes $(NODES)
 	$(PY) bench/fanout_bench.py
 	$(PY) bench/collect_bench.py
-	$(PY) bench/train_bench.py
-	$(PY) bench/train_bench.py --name train_scaling --models mlp --hidden 1024 --minibatches 512 --epochs 60
+	PYTHONPATH=$(PYTHONPATH):$(CURDIR)/tests/training $(PY) bench/train_bench.py
+	PYTHONPATH=$(PYTHONPATH):$(CURDIR)/tests/training $(PY) bench/train_bench.py --name train_scaling --models mlp --hidden 1024 --minibatches 512 --epochs 60
 	$(PY) bench/strategy_bench.py
 	$(PY) bench/summary.py
 

@@ -17,7 +17,7 @@ as many `ping` tasks as a host ran, over the same nodes, same command line):
 the first run less its floor is the project's own work against plain rsync,
 and the rerun, which moves no shard, is bounded by its floor. Plain rsync
 neither makes the shards nor checks them, so the run also times that work
-done with plain tools: scripts/shard_dataset.py alone into a new folder, and
+done with plain tools: the data step's cutter alone (dataset_cut.shard) into a new folder, and
 sha256sum of every node's shards on the nodes, all at once (as data.yml
 checks what arrived). Shard + rsync + sha256sum is the same work as data.yml's
 first run without Ansible.
@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import ansible_floor  # bench/, beside this script
+from ansible_collections.cntk.cluster.plugins.module_utils.dataset_cut import shard
 from fanout_bench import SEND_TASK, rsync_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,12 +146,10 @@ def plain_rsync(nodes, shard_dir, layout, dest):
 
 
 def timed_sharding(source, out, ranks):
-    """Seconds scripts/shard_dataset.py takes to make the shards (and their manifest) into a new folder."""
+    """Seconds the data step's cutter alone takes to make the shards (and their manifest) into a new folder."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.monotonic()
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "shard_dataset.py"), "--source", str(source),
-                    "--ranks", str(ranks), "--out", str(out), "--layout", "shard", "--name", DATASET],
-                   check=True, capture_output=True, cwd=ROOT)
+    shard(source, ranks, out, name=DATASET)
     seconds = time.monotonic() - start
     shutil.rmtree(out, ignore_errors=True)
     return round(seconds, 1)
@@ -276,7 +275,7 @@ def main():
             f"less Ansible's floor ({project['first_s']} - {project['first_floor_s']} s), "
             f"{figures['project_less_floor_vs_rsync_time']}x: the project's own work (sharding on the controller, "
             f"sha256 on both ends) against plain rsync of shards already made\n"
-            f"- the same work with plain tools, in the same run: scripts/shard_dataset.py alone "
+            f"- the same work with plain tools, in the same run: the cutter (dataset_cut.shard) alone "
             f"{figures['tools']['shard_s']} s + plain rsync {figures['tools']['rsync_s']} s + sha256sum on the nodes, "
             f"all at once, {figures['tools']['node_sha256_s']} s = {figures['tools']['total_s']} s; data.yml less its "
             f"floor is {figures['project_less_floor_vs_tools_time']}x that\n"

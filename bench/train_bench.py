@@ -11,7 +11,7 @@ train_scaling: an MLP with 1024 hidden units, global minibatch 512), which is
 the one that says how the cluster's ranks scale.
 
 Writes scikit-learn's digits as CTF (training/make_digits.py) into a temporary
-directory, splits train.ctf into 1, 2, 4 and 8 shards (scripts/shard_dataset.py)
+directory, splits train.ctf into 1, 2, 4 and 8 shards (the data step's cutter, plugins/module_utils/dataset_cut.py)
 and runs `mpirun -np W training/train.py --backend B` for every configuration:
 
     backend in (numpy, cntk) x model in (softmax, mlp)
@@ -71,10 +71,12 @@ import tempfile
 import time
 from pathlib import Path
 
+# tests/training/ on PYTHONPATH (the Makefile's bench target), the collection through .collections/.
+import cntk_env
+from ansible_collections.cntk.cluster.plugins.module_utils.dataset_cut import shard
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-sys.path.insert(0, str(ROOT / "tests" / "training"))
-import cntk_env  # noqa: E402  (the path above)
 
 PYTHON = sys.executable
 MPIRUN = shutil.which("mpirun") or "/usr/bin/mpirun"
@@ -271,8 +273,7 @@ def main():
         shards = {}
         for ranks in ranks_list:
             shards[ranks] = tmp / f"shards-{ranks}"
-            run([PYTHON, "scripts/shard_dataset.py", "--source", tmp / "train.ctf",
-                 "--ranks", str(ranks), "--out", shards[ranks]])
+            shard(tmp / "train.ctf", ranks, shards[ranks])
 
         def job(backend, model, mb, ranks, tag, placement=(), extra=()):
             """The mpirun command line of one run; `placement` adds mpirun's own options (a copy's core),
@@ -462,7 +463,7 @@ def main():
         "loadavg_end": loadavg(),
         "settings": {
             "dataset": "scikit-learn digits via training/make_digits.py (1,438 train, 359 test)",
-            "shards": "scripts/shard_dataset.py: contiguous, balanced by samples; the same for both backends",
+            "shards": "plugins/module_utils/dataset_cut.py: contiguous, balanced by samples; the same for both backends",
             "epochs": args.epochs, "repeat": args.repeat, "lr": LR, "hidden": args.hidden,
             "progress_every": PROGRESS_EVERY, "backends": list(args.backends), "models": list(args.models),
             "minibatches": list(args.minibatches), "ranks": ranks_list,
@@ -522,7 +523,7 @@ def markdown(f):
     lines += [
         "",
         f"The same job for both backends: digits (1,438 training samples) in the same shards "
-        f"(scripts/shard_dataset.py), {s['epochs']} epochs, lr {s['lr']}, seed 1, {s.get('hidden', 64)} hidden "
+        f"(the data step's cutter, plugins/module_utils/dataset_cut.py), {s['epochs']} epochs, lr {s['lr']}, seed 1, {s.get('hidden', 64)} hidden "
         f"units in the mlp; one OpenMP/MKL/BLAS thread "
         f"per rank; every rank on this one host over loopback, ranks beyond the {cores} cores oversubscribed. "
         f"Median of {s['repeat']} interleaved runs per row; `bench/train_bench.py` took {f['bench_seconds']} s"

@@ -6,15 +6,11 @@ installed collection's run)."""
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cluster_helpers import LOCAL_CLUSTER, ansible_playbook
-
-# Until the data step's code is in plugins/: shard_dataset.py.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "sec"

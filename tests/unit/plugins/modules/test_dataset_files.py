@@ -1,4 +1,4 @@
-"""roles/dataset/library/dataset_files.py: a node's data folder checked, repaired and recorded without re-hashing
+"""plugins/modules/dataset_files.py: a node's data folder checked, repaired and recorded without re-hashing
 what was verified before, and never an unverified file under a name the job reads."""
 
 import hashlib
@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "roles" / "dataset" / "library"))
-
-import dataset_files  # noqa: E402
-from dataset_files import place, plan, safe_name  # noqa: E402
+from ansible_collections.cntk.cluster.plugins.modules import dataset_files
+from ansible_collections.cntk.cluster.plugins.modules.dataset_files import place, plan, safe_name
 
 MANIFEST = {"name": "digits", "layout": "shard", "test": None, "shards": []}
 
@@ -147,7 +145,7 @@ def run_module(args):
     path = Path(args["path"]).parent.parent / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     result = subprocess.run([sys.executable, dataset_files.__file__, str(path)], capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                            env=dict(os.environ, PYTHONPATH=str(Path(dataset_files.__file__).parents[5])))
     return json.loads(result.stdout)
 
 

@@ -1,13 +1,9 @@
-"""roles/dataset/filter_plugins/dataset.py: which files a node holds, which of its files are stale,
+"""plugins/filter/dataset.py: which files a node holds, which of its files are stale,
 and what its manifest.json says."""
 
 import math
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "roles" / "dataset" / "filter_plugins"))
-
-from dataset import dataset_files_for, node_manifest, relay_wave, relay_waves, shards_to_send, stale_shards  # noqa: E402,E501
+from ansible_collections.cntk.cluster.plugins.filter.dataset import (
+    dataset_files_for, node_manifest, relay_wave, relay_waves, shards_to_send, stale_shards)
 
 SHARDS = [{"shard": "shard-%05d.ctf" % r, "rank": r, "samples": 10, "bytes": 100, "sha256": "h%d" % r}
           for r in range(4)]

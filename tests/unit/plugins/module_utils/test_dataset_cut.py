@@ -1,4 +1,4 @@
-"""scripts/shard_dataset.py: balanced, deterministic, idempotent shards and a manifest that never lies."""
+"""plugins/module_utils/dataset_cut.py (and dataset_ctf, dataset_io, dataset_placement): balanced, deterministic, idempotent shards and a manifest that never lies."""
 
 import hashlib
 import json
@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import shard_dataset as sd
+from ansible_collections.cntk.cluster.plugins.module_utils import dataset_ctf, dataset_cut as sd, dataset_io
+from ansible_collections.cntk.cluster.plugins.module_utils.dataset_manifest import STAT_CACHE
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "shard_dataset.py"
+MODULE = Path(sd.__file__).resolve().parents[1] / "modules" / "dataset_shard.py"
+# The folder that holds ansible_collections/, for the module run as a program.
+COLLECTIONS = str(Path(sd.__file__).parents[5])
 
 
 def ctf_lines(count, start=0):
@@ -53,15 +56,45 @@ def assert_consistent(out):
 
 def listing(out):
     """The directory's files but the quick check's stat cache."""
-    return sorted(p for p in out.iterdir() if p.name != sd.STAT_CACHE)
+    return sorted(p for p in out.iterdir() if p.name != STAT_CACHE)
 
 
 def snapshot(out):
     return {p.name: (p.stat().st_mtime_ns, p.stat().st_ino, p.read_bytes()) for p in listing(out)}
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60)
+def patch_everywhere(monkeypatch, name, value):
+    """Replace name in every dataset module that holds it (a function is called from the module it was imported to)."""
+    for module in (sd, dataset_io, dataset_ctf):
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, value)
+
+
+def module_args(*args):
+    """The module's arguments for the old command line's: --source S --ranks W --out D [--layout L] [--check]."""
+    args, params, check = list(map(str, args)), {}, False
+    while args:
+        flag = args.pop(0)
+        if flag == "--check":
+            check = True
+        else:
+            key = flag[2:].replace("-", "_")
+            params[key] = int(args.pop(0)) if key == "ranks" else args.pop(0)
+    return {"ANSIBLE_MODULE_ARGS": dict(params, _ansible_check_mode=check)}
+
+
+def start_module(tmp_path, *args, **popen):
+    """plugins/modules/dataset_shard.py run as Ansible runs it, its arguments in a file."""
+    arguments = tmp_path / ("args-%s.json" % os.urandom(4).hex())
+    arguments.write_text(json.dumps(module_args(*args)))
+    return subprocess.Popen([sys.executable, str(MODULE), str(arguments)], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=COLLECTIONS), **popen)
+
+
+def run_module(tmp_path, *args):
+    """The module's result: a failure carries msg and bad_input (true: refused input, false: the filesystem)."""
+    process = start_module(tmp_path, *args)
+    return json.loads(process.communicate(timeout=60)[0])
 
 
 @pytest.mark.parametrize("samples,ranks", [(10, 3), (7, 7), (8, 7), (1000, 8), (5, 1), (13, 4)])
@@ -100,7 +133,7 @@ def test_chunk_boundaries_anywhere_give_the_same_shards(tmp_path, monkeypatch):
         write(tmp_path / "src" / name, part)
     expected = samples_of(files["a.txt"]) + samples_of(files["b.txt"])
     for chunk in (1, 2, 7, 64, 1 << 20):
-        monkeypatch.setattr(sd, "CHUNK", chunk)
+        patch_everywhere(monkeypatch, "CHUNK", chunk)
         out = tmp_path / ("out-%d" % chunk)
         report = sd.shard(tmp_path / "src", 5, out)
         assert report["samples"] == len(expected)
@@ -211,13 +244,12 @@ def test_fewer_ranks_removes_stale_shards(tmp_path):
 
 def test_cli_prints_json_report(tmp_path):
     source = write(tmp_path / "train.ctf", "".join(ctf_lines(20)))
-    first = run_cli("--source", source, "--ranks", 2, "--out", tmp_path / "out")
-    assert first.returncode == 0, first.stderr
-    report = json.loads(first.stdout)
+    report = run_module(tmp_path, "--source", source, "--ranks", 2, "--out", tmp_path / "out")
+    assert "failed" not in report, report.get("msg")
     assert report["changed"] is True and report["samples"] == 20 and report["ranks"] == 2
     assert report["bytes"] == source.stat().st_size and report["seconds"] >= 0
-    second = run_cli("--source", source, "--ranks", 2, "--out", tmp_path / "out")
-    assert json.loads(second.stdout)["changed"] is False
+    second = run_module(tmp_path, "--source", source, "--ranks", 2, "--out", tmp_path / "out")
+    assert second["changed"] is False
 
 
 @pytest.mark.parametrize("setup,ranks,message", [
@@ -231,10 +263,10 @@ def test_cli_prints_json_report(tmp_path):
 ], ids=["fewer-samples-than-ranks", "missing", "empty", "only-blank-lines", "no-files", "zero-ranks"])
 def test_bad_input_exits_2_with_the_reason(tmp_path, setup, ranks, message):
     source = setup(tmp_path)
-    result = run_cli("--source", source, "--ranks", ranks, "--out", tmp_path / "out")
-    assert result.returncode == 2
-    assert message in result.stderr
-    assert result.stdout == ""
+    result = run_module(tmp_path, "--source", source, "--ranks", ranks, "--out", tmp_path / "out")
+    assert result["failed"] and result["bad_input"]
+    assert message in result["msg"]
+    assert "samples" not in result  # no report
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
@@ -324,7 +356,7 @@ def test_source_changing_between_the_passes_commits_nothing(tmp_path, monkeypatc
         write(source, "".join(ctf_lines(31)).replace("features", "Features"))  # same size and lines
         return result
 
-    monkeypatch.setattr(sd, "scan", scan_then_edit)
+    patch_everywhere(monkeypatch, "scan", scan_then_edit)
     with pytest.raises(sd.ShardError, match="changed while it was being sharded"):
         sd.shard(source, 3, out)
     assert snapshot(out) == before
@@ -349,8 +381,7 @@ def test_concurrent_runs_on_one_directory_take_turns(tmp_path):
     source = write(tmp_path / "train.ctf", "".join(ctf_lines(300)))
     out = tmp_path / "out"
     out.mkdir()
-    procs = [subprocess.Popen([sys.executable, str(SCRIPT), "--source", str(source), "--ranks", "3",
-                               "--out", str(out)], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    procs = [start_module(tmp_path, "--source", source, "--ranks", 3, "--out", out) for _ in range(3)]
     reports = [json.loads(proc.communicate(timeout=60)[0]) for proc in procs]
     assert sorted(report["changed"] for report in reports) == [False, False, True]
     assert "".join(shard_texts(out)) == "".join(ctf_lines(300))
@@ -366,7 +397,7 @@ def test_unchanged_rerun_hashes_nothing(tmp_path, monkeypatch):
         raise AssertionError("the quick check should have answered")
 
     for name in ("scan", "source_sha256_only", "file_sha256", "shard_files_match"):
-        monkeypatch.setattr(sd, name, no_hashing)
+        patch_everywhere(monkeypatch, name, no_hashing)
     assert sd.shard(source, 4, out)["changed"] is False
 
 
@@ -376,7 +407,7 @@ def test_a_touched_source_is_hashed_again(tmp_path, monkeypatch):
     sd.shard(source, 4, out)
     hashed = []
     real = sd.source_sha256_only
-    monkeypatch.setattr(sd, "source_sha256_only", lambda paths: hashed.append(paths) or real(paths))
+    patch_everywhere(monkeypatch, "source_sha256_only", lambda paths: hashed.append(paths) or real(paths))
     stat = os.stat(source)
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert sd.shard(source, 4, out)["changed"] is False
@@ -437,10 +468,10 @@ def test_a_directory_of_mixed_file_types_is_refused_naming_them(tmp_path):
     write(tmp_path / "src" / "a.ctf", "".join(ctf_lines(4)))
     write(tmp_path / "src" / "b.ctf", "".join(ctf_lines(4)))
     write(tmp_path / "src" / "notes.txt", "about the data\n")
-    result = run_cli("--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out")
-    assert result.returncode == 2
-    assert "mixes file types (.ctf: a.ctf, b.ctf; .txt: notes.txt)" in result.stderr
-    assert "replicate or presplit layout" in result.stderr
+    result = run_module(tmp_path, "--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out")
+    assert result["failed"] and result["bad_input"]
+    assert "mixes file types (.ctf: a.ctf, b.ctf; .txt: notes.txt)" in result["msg"]
+    assert "replicate or presplit layout" in result["msg"]
     assert not (tmp_path / "out").exists()
 
 
@@ -463,19 +494,19 @@ def test_a_malformed_ctf_line_is_refused_with_its_file_and_line(tmp_path, line, 
     text = "|features 1 2 3 |labels 1 0\n\n|features 1 2 3 |labels 1 0\r\n  \n" + line + "|features 1 |labels 0\n"
     source = write(tmp_path / "src" / "b.ctf", text)
     write(tmp_path / "src" / "a.ctf", "".join(ctf_lines(5)))
-    result = run_cli("--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out")
-    assert result.returncode == 2
-    assert result.stderr.startswith("shard_dataset.py: error: %s:5: " % source), result.stderr
-    assert problem in result.stderr
+    result = run_module(tmp_path, "--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out")
+    assert result["failed"] and result["bad_input"]
+    assert result["msg"].startswith("%s:5: " % source), result["msg"]
+    assert problem in result["msg"]
     assert not (tmp_path / "out").exists()  # refused before anything was written
-    check = run_cli("--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out", "--check")
-    assert (check.returncode, check.stderr) == (2, result.stderr)
+    check = run_module(tmp_path, "--source", tmp_path / "src", "--ranks", 2, "--out", tmp_path / "out", "--check")
+    assert (check["bad_input"], check["msg"]) == (True, result["msg"])
 
 
 def test_the_line_number_holds_across_reads(tmp_path, monkeypatch):
     source = write(tmp_path / "train.ctf", "".join(ctf_lines(300)) + "|f 1 |l x\n" + "".join(ctf_lines(3)))
     for chunk in (7, 64, 1000, 1 << 20):
-        monkeypatch.setattr(sd, "CHUNK", chunk)
+        patch_everywhere(monkeypatch, "CHUNK", chunk)
         with pytest.raises(sd.ShardError, match=r"train\.ctf:301: value 'x' of \|l"):
             sd.shard(source, 2, tmp_path / "out")
     write(source, "".join(ctf_lines(3)) + "|f 1 |l 0 0 0")  # the last line, without a newline
@@ -499,17 +530,17 @@ def test_valid_ctf_forms_pass_the_check(tmp_path):
 
 def test_the_fast_and_the_line_by_line_ctf_checks_agree(tmp_path):
     """The one-regex check (Python 3.11+) and the fallback (older Pythons) refuse the same lines."""
-    if sd.CTF_BLOCK is None:
+    if dataset_ctf.CTF_BLOCK is None:
         pytest.skip("this Python has no possessive quantifiers: only the line-by-line check runs")
     rng = random.Random(11)
     atoms = ["|f", "|l", "|#c", " ", "\t", "1", "0.5", "-2", ".5", "3:", "e", "E+", "x", ":", ".", "|", "\r", "7 "]
     for _ in range(3000):
         line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 8))).encode() + b"\n"
-        fast = sd.CTF_BLOCK.match(line).end() == len(line)
-        slow = sd.CTF_LINE.fullmatch(line) is not None
+        fast = dataset_ctf.CTF_BLOCK.match(line).end() == len(line)
+        slow = dataset_ctf.CTF_LINE.fullmatch(line) is not None
         assert fast == slow, line
         if not fast:
-            assert sd.ctf_problem(line)  # a reason in words, whatever the line
+            assert dataset_ctf.ctf_problem(line)  # a reason in words, whatever the line
 
 
 def test_replicate_gives_every_rank_the_whole_files(tmp_path):
@@ -568,13 +599,14 @@ def test_presplit_gives_file_i_to_rank_i(tmp_path):
 def test_presplit_needs_one_file_per_rank(tmp_path):
     for i in range(3):
         write(tmp_path / "parts" / ("p%d.bin" % i), b"x")
-    result = run_cli("--source", tmp_path / "parts", "--ranks", 4, "--out", tmp_path / "out", "--layout", "presplit")
-    assert result.returncode == 2
-    assert "source %s holds 3 files for 4 ranks" % (tmp_path / "parts") in result.stderr
+    result = run_module(tmp_path, "--source", tmp_path / "parts", "--ranks", 4, "--out", tmp_path / "out",
+                        "--layout", "presplit")
+    assert result["failed"] and result["bad_input"]
+    assert "source %s holds 3 files for 4 ranks" % (tmp_path / "parts") in result["msg"]
     assert not (tmp_path / "out").exists()
-    check = run_cli("--source", tmp_path / "parts", "--ranks", 4, "--out", tmp_path / "out", "--layout", "presplit",
-                    "--check")
-    assert (check.returncode, check.stderr) == (2, result.stderr)
+    check = run_module(tmp_path, "--source", tmp_path / "parts", "--ranks", 4, "--out", tmp_path / "out",
+                       "--layout", "presplit", "--check")
+    assert (check["bad_input"], check["msg"]) == (True, result["msg"])
     with pytest.raises(sd.ShardError, match="presplit layout needs a directory"):
         sd.shard(tmp_path / "parts" / "p0.bin", 1, tmp_path / "out", layout="presplit")
     write(tmp_path / "parts" / "p3.ctf", "|f 1\n|f y\n")  # four files now, the *.ctf one is checked
@@ -678,7 +710,7 @@ def test_a_manifest_of_the_previous_version_is_brought_up_to_date_without_rewrit
     manifest = manifest_of(out)
     del manifest["layout"], manifest["test"]
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (out / sd.STAT_CACHE).unlink()
+    (out / STAT_CACHE).unlink()
     before = snapshot(out)
     assert sd.shard(source, 3, out)["changed"] is True
     after = snapshot(out)
@@ -693,9 +725,8 @@ def test_check_writes_nothing_and_says_what_a_run_would_do(tmp_path, layout):
     for i in range(2):
         write(src / ("p%d.ctf" % i), "".join(ctf_lines(5, start=5 * i)))
     out = tmp_path / "out"
-    result = run_cli("--source", src, "--ranks", 2, "--out", out, "--layout", layout, "--check")
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    report = run_module(tmp_path, "--source", src, "--ranks", 2, "--out", out, "--layout", layout, "--check")
+    assert "failed" not in report, report.get("msg")
     assert not out.exists()
     assert report["changed"] is True and report["layout"] == layout and report["ranks"] == 2
     assert report["samples"] == 10 and report["files"] == 2 and report["removed"] == []
@@ -721,7 +752,7 @@ def test_check_answers_from_the_manifest_when_the_source_is_unchanged(tmp_path, 
         raise AssertionError("--check should have answered from the manifest")
 
     for name in ("scan", "source_sha256_only", "file_sha256", "read_whole_file", "blocks"):
-        monkeypatch.setattr(sd, name, no_reading)
+        patch_everywhere(monkeypatch, name, no_reading)
     report = sd.shard(source, 4, out, check=True)
     assert report["changed"] is False and report["samples"] == 40
     assert sd.shard(source, 5, out, check=True)["changed"] is True  # another rank count: a run would split again
@@ -739,8 +770,8 @@ def test_check_answers_from_the_manifest_when_the_source_is_unchanged(tmp_path, 
 ], ids=["missing", "empty", "fewer-samples-than-ranks", "malformed-ctf", "presplit-count", "empty-replicate"])
 def test_check_refuses_bad_input_like_a_run(tmp_path, setup, args, message):
     source = setup(tmp_path)
-    result = run_cli("--source", source, "--ranks", 4, "--out", tmp_path / "out", "--check", *args)
-    assert result.returncode == 2 and message in result.stderr and result.stdout == ""
+    result = run_module(tmp_path, "--source", source, "--ranks", 4, "--out", tmp_path / "out", "--check", *args)
+    assert result["failed"] and result["bad_input"] and message in result["msg"] and "samples" not in result
     assert not (tmp_path / "out").exists()
 
 
@@ -754,7 +785,7 @@ def test_check_of_a_touched_source_hashes_it_but_counts_nothing(tmp_path, monkey
     def no_scan(*args, **kwargs):
         raise AssertionError("the hash matched the manifest's: no need to count or check the lines")
 
-    monkeypatch.setattr(sd, "scan", no_scan)
+    patch_everywhere(monkeypatch, "scan", no_scan)
     report = sd.shard(source, 4, out, check=True)
     assert report["changed"] is False and report["samples"] == 40
     write(source, "".join(ctf_lines(40)).replace("|labels 0 1", "|labels 1 0"))  # same size, other bytes
@@ -898,7 +929,7 @@ def test_a_manifest_without_ranges_or_with_bad_ones(tmp_path):
     manifest = manifest_of(out)
     manifest["shards"][1]["ranges"] = manifest["shards"][0]["ranges"]  # rank 0's samples twice
     (out / "manifest.json").write_text(json.dumps(manifest))
-    (out / sd.STAT_CACHE).unlink()
+    (out / STAT_CACHE).unlink()
     sd.shard(source, 4, out)
     assert "".join(shard_texts(out)) == "".join(ctf_lines(40))
 
@@ -931,7 +962,7 @@ def test_ctf_lines_that_disagree_with_the_files_first_are_refused(tmp_path, text
 
 @pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
 def test_agreeing_ctf_lines_pass_in_any_order_and_across_reads(tmp_path, monkeypatch, chunk):
-    monkeypatch.setattr(sd, "CHUNK", chunk)
+    patch_everywhere(monkeypatch, "CHUNK", chunk)
     lines = ["|features %d 0.5 |labels 0 1\n" % i for i in range(40)] + ["|labels 1 0 |features 9 9\n"]
     source = write(tmp_path / "train.ctf", "".join(lines) + "|features 1 2 |labels 0 1\n")
     assert sd.shard(source, 2, tmp_path / "out")["samples"] == 42

@@ -18,6 +18,50 @@ and the task fails naming it), stale files are removed, manifest.json and
 name the job reads.
 """
 
+DOCUMENTATION = r"""
+module: dataset_files
+short_description: A node's data folder checked against the files its ranks need, and put right
+description:
+  - >-
+    Runs on a training node as the training user. C(state=planned) lists the wanted files
+    that are missing or differ and the stale ones, and fails before anything is sent when
+    the folder's filesystem has too little free space. C(state=present) moves the files
+    rsync put in C(.incoming/) into place when their sha256 is the manifest's, removes the
+    stale files and writes manifest.json and .verified.json.
+  - Self-contained (standard library only), like every module that runs on the nodes.
+  - Supports check mode.
+options:
+  path: {description: The node's data folder., type: path, required: true}
+  wanted:
+    description: The entries the node holds, each with C(shard), C(bytes) and C(sha256).
+    type: list
+    elements: dict
+    required: true
+  manifest: {description: The node's manifest.json., type: dict, required: true}
+  state: {description: Plan, or put in place., type: str, choices: [planned, present], default: planned}
+  verify: {description: C(full) hashes every file., type: str, choices: [quick, full], default: quick}
+  node: {description: The node's name for the messages., type: str, default: ""}
+"""
+
+EXAMPLES = r"""
+- name: Find the missing, damaged and stale data files on the node
+  cntk.cluster.dataset_files:
+    path: /srv/cntk/data
+    wanted: "{{ dataset_wanted }}"
+    manifest: "{{ dataset_node_manifest }}"
+    state: planned
+  register: dataset_plan
+"""
+
+RETURN = r"""
+send: {description: The files to send (planned)., type: list, returned: state=planned}
+stale: {description: The files to remove (planned)., type: list, returned: state=planned}
+manifest_differs: {description: Whether manifest.json must be written., type: bool, returned: state=planned}
+cache_differs: {description: Whether .verified.json must be written., type: bool, returned: state=planned}
+moved: {description: The files moved into place., type: list, returned: state=present}
+removed: {description: The stale files removed., type: list, returned: state=present}
+"""
+
 import hashlib
 import json
 import os
