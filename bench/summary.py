@@ -135,7 +135,7 @@ def data_rows():
         tools = data.get("tools")
         if tools:
             # rsync alone neither makes nor checks the shards: the same work with plain tools, same run.
-            first_bound += (f"; rsync does not make or check the shards: shard_dataset.py alone {tools['shard_s']} s "
+            first_bound += (f"; rsync does not make or check the shards: the cutter alone {tools['shard_s']} s "
                             f"+ rsync {tools['rsync_s']} s + sha256sum on the nodes {tools['node_sha256_s']} s = "
                             f"{tools['total_s']} s, and data.yml less its floor is "
                             f"{data['project_less_floor_vs_tools_time']}x that")
