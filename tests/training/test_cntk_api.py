@@ -68,8 +68,9 @@ def test_backend_parses_as_python_3_6():
 
 def test_backend_imports_without_cntk():
     # cntk is imported inside run(): the module itself loads on any Python 3.
-    code = "import sys; sys.path.insert(0, 'training'); import cntk_backend; print(cntk_backend.run.__name__)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True)
+    # Run from training/ as the nodes run it: `python -c` puts the working folder first on the import path.
+    code = "import cntk_backend; print(cntk_backend.run.__name__)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT / "training"), capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "run", result.stdout + result.stderr
 
 
