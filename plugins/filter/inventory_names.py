@@ -114,6 +114,9 @@ def _project_names(root):
     set_by_tasks = set()
     for path in task_files:
         _set_by_tasks(_load(path), set_by_tasks)
+    # What include_vars loads from a role's vars/ (vars/Debian.yml): a later playbook of the same run sees it.
+    for path in (p for role in roles for p in (role / "vars").glob("*.y*ml")):
+        set_by_tasks.update(str(name) for name in _mapping(path))
     return stems, frozenset(known), frozenset(set_by_tasks - known)
 
 

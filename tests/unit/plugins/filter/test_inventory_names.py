@@ -46,6 +46,8 @@ def project(tmp_path):
         {"name": "Resolve", "ansible.builtin.set_fact": {"cluster_stack": {}, "cacheable": False}},
         {"name": "Probe", "block": [{"name": "Run", "ansible.builtin.command": "true",
                                      "register": "cluster_probe_result"}]}])
+    # What include_vars loads by OS: set on the host for the rest of the run (a chained playbook sees it).
+    write(root / "roles/base/vars/Debian.yml", "base_ssh_unit: ssh.service\n")
     return root
 
 
@@ -84,6 +86,12 @@ def test_names_the_projects_tasks_set_pass_and_are_never_suggested(project):
     assert unknown_project_vars(["cluster_stack", "cluster_probe_result"], str(project)) == []
     [found] = unknown_project_vars(["cluster_stak"], str(project))
     assert found["suggestion"] != "cluster_stack"
+
+
+def test_names_a_roles_vars_files_set_pass_as_a_later_playbook_of_the_run_sees_them(project):
+    assert unknown_project_vars(["base_ssh_unit"], str(project)) == []
+    [found] = unknown_project_vars(["base_ssh_units"], str(project))
+    assert found["suggestion"] != "base_ssh_unit"
 
 
 def test_the_message_names_the_inventory_files_that_set_it(project, tmp_path):
