@@ -1,5 +1,5 @@
 """The CNTK version matrix (matrix/cntk.yml) and its resolver
-(plugins/filter/version_matrix.py): the table's shape and checksums, the
+(plugins/module_utils/version_matrix.py, through its filters): the table's shape and checksums, the
 resolution of every release, each rejection and its message, force, the
 offline artifact list, and matrix/README.md's table against the YAML."""
 
