@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from owned_directory import Refused, ensure
+from ansible_collections.cntk.cluster.plugins.modules.owned_directory import Refused, ensure
 
 USER = "nobody"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
