@@ -27,11 +27,15 @@ STATE = (".venv/", ".cache/", ".cluster/", ".secrets/", ".collections/", "artifa
 def installed(tmp_path_factory):
     """The built tarball and a user's folder with the collection installed and an ansible.cfg of its own."""
     user = tmp_path_factory.mktemp("user")
-    subprocess.run([BIN / "ansible-galaxy", "collection", "build", "--output-path", user, ROOT],
-                   check=True, capture_output=True, text=True, cwd=user, timeout=300)
     collections = user / "collections"
+    # The user's ansible.cfg from the start: under make, ANSIBLE_CONFIG names the checkout's, whose
+    # collections_path already holds cntk.cluster (the checkout), and the install would skip it.
+    (user / "ansible.cfg").write_text(f"[defaults]\ncollections_path = {collections}\n")
+    subprocess.run([BIN / "ansible-galaxy", "collection", "build", "--output-path", user, ROOT],
+                   check=True, capture_output=True, text=True, cwd=user, env=user_env(user), timeout=300)
     subprocess.run([BIN / "ansible-galaxy", "collection", "install", "--offline", "-p", collections, user / TARBALL],
-                   check=True, capture_output=True, text=True, cwd=user, timeout=300)
+                   check=True, capture_output=True, text=True, cwd=user, env=user_env(user), timeout=300)
+    assert (collections / "ansible_collections" / "cntk" / "cluster" / "MANIFEST.json").is_file()
     (user / "ansible.cfg").write_text(
         "[defaults]\n"
         f"collections_path = {collections}\n"
