@@ -196,6 +196,9 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
     # Every node mounts .cluster/e2e/shared at /shared, as it would an NFS export.
     source = ROOT / ".cluster" / NAME / "shared" / "src"
     source.mkdir(parents=True, exist_ok=True)
+    # The shared folder outlives the cluster (a folder of this machine): start with no shards there, so that
+    # the first data step has to make them.
+    shutil.rmtree(ROOT / ".cluster" / NAME / "shared" / "shards", ignore_errors=True)
     for name in ("train.ctf", "test.ctf"):
         (source / name).write_bytes((ROOT / ".cache" / "datasets" / "digits" / name).read_bytes())
     shared = json.dumps({"cluster_dataset_shared_dir": "/shared/shards",
@@ -204,7 +207,8 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
     before = {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
     result = ansible_playbook("data.yml", "-e", shared)
     assert "Send the missing or damaged data files" not in result.stdout
-    assert recap(result.stdout)["node1"]["changed"] > 0
+    assert recap(result.stdout)["node1"]["changed"] > 0, result.stdout[-6000:]
+    assert (ROOT / ".cluster" / NAME / "shared" / "shards" / "manifest.json").is_file()
     ansible_playbook("train.yml", "-e", shared)
     run = ARTIFACTS / "e2e-shared" / "latest"
     assert json.loads((run / "summary.json").read_text())["test_accuracy"] >= 0.90
