@@ -40,10 +40,12 @@ import yaml
 
 from ansible_collections.cntk.cluster.plugins.module_utils import job_files  # PYTHONPATH=.collections (make bench)
 
+from cluster_bench import local_cluster_tool  # bench/, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 # The cluster tool, tools/ on its import path (given here, so that the bench runs without make too).
-TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
+TOOL = local_cluster_tool(ROOT)
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 NODES = 2
 

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 import ansible_floor  # bench/, beside this script
+from cluster_bench import local_cluster_tool  # bench/, beside this script
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_cut import shard
 from fanout_bench import SEND_TASK, rsync_bytes
 
@@ -47,7 +48,7 @@ NAME = "bench"
 STATE = ROOT / ".cluster" / NAME
 INVENTORY = STATE / "inventory"
 # The cluster tool, tools/ on its import path (given here, so that the bench runs without make too).
-TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
+TOOL = local_cluster_tool(ROOT)
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 DATASET = "synthetic"
 

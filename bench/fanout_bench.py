@@ -28,12 +28,14 @@ import yaml
 
 import ansible_floor  # bench/, beside this script
 
+from cluster_bench import local_cluster_tool  # bench/, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 NAME = "fanout"
 STATE = ROOT / ".cluster" / NAME
 # The cluster tool, tools/ on its import path (given here, so that the bench runs without make too).
-TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
+TOOL = local_cluster_tool(ROOT)
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 DATASET = "fanoutset"
 SEND_TASK = "Send the missing or damaged data files"

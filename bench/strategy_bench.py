@@ -29,12 +29,12 @@ from pathlib import Path
 import ansible_mitogen
 
 # bench/ is the script's own folder, first on the import path.
-from cluster_bench import recap_totals, timed
+from cluster_bench import local_cluster_tool, recap_totals, timed
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 # The cluster tool, tools/ on its import path (given here, so that the bench runs without make too).
-TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
+TOOL = local_cluster_tool(ROOT)
 NAME = "speed"
 NODES = 4
 STRATEGIES = ("linear", "mitogen_linear", "mitogen_linear_pinned")

@@ -12,15 +12,14 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.cntk.cluster.plugins.module_utils import job_files, train_plan
 
-PLATFORMS = ("Linux", "Windows")
 SEPARATOR = {"Linux": "/", "Windows": "\\"}
 
 
 def _platform(spec):
-    platform = spec.get("platform")
-    if platform not in PLATFORMS:
-        raise AnsibleFilterError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
-    return platform
+    try:
+        return train_plan.platform_of(spec)
+    except ValueError as error:
+        raise AnsibleFilterError(str(error))
 
 
 def train_job_program_args(args):

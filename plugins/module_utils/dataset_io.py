@@ -203,7 +203,8 @@ def remove(path):
         pass
 
 
-def fsync_dir(path):
+def fsync_path(path):
+    """fsync a file's data or a folder's entries, by its path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -239,7 +240,7 @@ class ShardFiles:
     def finish(self):
         self.close()
         for temp in self.temps:
-            fsync_file(temp)
+            fsync_path(temp)
 
     def discard(self):
         self.close()
@@ -274,7 +275,7 @@ def commit(out, shard_temps, manifest_temp):
         if shard_temps and os.path.exists(manifest_path):
             aside = temp_path(out, MANIFEST, "old")
             os.replace(manifest_path, aside)
-            fsync_dir(out)
+            fsync_path(out)
         for temp, entry in shard_temps:
             final = os.path.join(out, entry["shard"])
             previous = None
@@ -283,7 +284,7 @@ def commit(out, shard_temps, manifest_temp):
                 os.replace(final, previous)
             moved.append((final, previous))
             os.replace(temp, final)
-        fsync_dir(out)  # the shards are in place before the manifest that describes them
+        fsync_path(out)  # the shards are in place before the manifest that describes them
         os.replace(manifest_temp, manifest_path)
     except BaseException:
         try:  # the old shards back, then the old manifest; if that fails too, no manifest is left
@@ -299,20 +300,12 @@ def commit(out, shard_temps, manifest_temp):
                 remove(temp)
             remove(manifest_temp)
         raise
-    fsync_dir(out)
+    fsync_path(out)
     for _, previous in moved:
         if previous is not None:
             remove(previous)
     if aside is not None:
         remove(aside)
-
-
-def fsync_file(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def copy_to_temp(source, temp, sha256):
@@ -346,7 +339,7 @@ def place_temp(out, source, entry, status):
     try:
         if identity(os.stat(temp)) != identity(status):
             raise ShardError("source file %s changed while it was being read: run again" % source)
-        fsync_file(temp)  # the source's data, if it was not on disk yet
+        fsync_path(temp)  # the source's data, if it was not on disk yet
     except BaseException:
         remove(temp)
         raise
@@ -393,7 +386,7 @@ def remove_stale(out, manifest, old, test):
     for stale in removed:
         remove(os.path.join(out, stale))
     if removed:
-        fsync_dir(out)
+        fsync_path(out)
     return removed
 
 

@@ -13,8 +13,9 @@ PLATFORMS = ("Linux", "Windows")
 LAUNCHERS = {"Linux": "mpirun", "Windows": "mpiexec"}
 
 
-def _platform(parts):
-    platform = parts.get("platform")
+def platform_of(spec):
+    """The spec's platform, checked: Linux or Windows."""
+    platform = spec.get("platform")
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, not {platform!r}")
     return platform
@@ -22,12 +23,12 @@ def _platform(parts):
 
 def launcher(platform):
     """The launcher for a run on this platform: mpirun (Open MPI, Linux) or mpiexec (MS-MPI, Windows)."""
-    return LAUNCHERS[_platform({"platform": platform})]
+    return LAUNCHERS[platform_of({"platform": platform})]
 
 
 def fingerprint(parts):
     """sha256 over what decides a run's result: platform, code, data, arguments, placement."""
-    _platform(parts)
+    platform_of(parts)
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 

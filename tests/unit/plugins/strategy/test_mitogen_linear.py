@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from cluster_helpers import LOCAL_CLUSTER
 
 ROOT = Path(__file__).resolve().parents[4]
 NAME = "mitogen"
 STATE = ROOT / ".cluster" / NAME
-# tools/ on the tool's import path: plain pytest's pythonpath reaches this process only.
-TOOL = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
+TOOL = LOCAL_CLUSTER
 ANSIBLE = str(Path(sys.executable).with_name("ansible"))
 # A shell task's parent: under mitogen, a Python that calls itself python3(mitogen:...).
 PARENT = 'tr "\\0" " " </proc/$PPID/cmdline'
