@@ -7,6 +7,8 @@ BACKEND ?= auto
 # netns: every node in a network namespace of its own, a management and a fabric NIC (as on real
 # hardware); loopback: every node on one loopback address, for machines where namespaces cannot be made.
 NETWORK ?= netns
+# none: the train step starts mpirun itself; slurm: Slurm schedules the jobs (docs/slurm.md).
+SCHEDULER ?= none
 VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -28,7 +30,7 @@ $(VENV)/.installed: requirements.txt training/requirements.txt
 	touch $@
 
 up: venv
-	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK)
+	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK) --scheduler $(SCHEDULER)
 
 down: venv
 	$(PY) -m local_cluster down

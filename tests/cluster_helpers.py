@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # same under plain pytest (whose pythonpath reaches this process only) as under make.
 LOCAL_CLUSTER = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
+# The real-CNTK cluster the e2e session shares (tests/e2e/conftest.py): its name, nodes, inventory and runs.
+CNTK_CLUSTER = "cntkreal"
+CNTK_NODES = ["node1", "node2", "node3", "node4"]
+CNTK_INVENTORY = ROOT / ".cluster" / CNTK_CLUSTER / "inventory"
+CNTK_ARTIFACTS = ROOT / ".cluster" / CNTK_CLUSTER / "artifacts"
 
 
 def playbook_env():

@@ -16,11 +16,15 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.cntk.cluster.plugins.module_utils import job_files
+from ansible_collections.cntk.cluster.plugins.module_utils import job_files, slurm_job
 
 display = Display()
 
 SEPARATOR = "@@train_job_follow@@"
+SLURM_SEPARATOR = "@@train_job_follow:slurm@@"
+# Polls in a row that find a Slurm job gone from the queue with no exit code written before its end is read
+# from scontrol (the script may be writing the file as the job leaves the queue).
+GONE_POLLS = 2
 # Past the job's own time limit, how long the follower waits for run.sh to
 # have stopped it; and, with no heartbeat timeout, how many polls in a row
 # the head node may miss.
@@ -88,6 +92,11 @@ def probe_script(run_dir):
             f"{_plain(job_files.OUTPUT_DIR + '/' + job_files.METRICS, METRICS_TAIL_BYTES)} | tail -n 1")
 
 
+def slurm_probe(job_id):
+    """squeue's state and reason of the job, after SLURM_SEPARATOR (nothing once it left the queue)."""
+    return (f"; echo {SLURM_SEPARATOR}; squeue --noheader --jobs={job_id} --format='%T|%r' 2>/dev/null; true")
+
+
 class Interrupted(BaseException):
     """Ctrl-C reached this worker (as SIGINT, or as SIGTERM from Ansible's main process).
 
@@ -107,7 +116,8 @@ def _interrupt(signum, frame):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user", "heartbeat_timeout"))
+    _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user", "heartbeat_timeout",
+                             "slurm_job"))
 
     def _remote(self, command):
         result = self._low_level_execute_command(command, sudoable=True)
@@ -123,11 +133,14 @@ class ActionModule(ActionBase):
         return self._remote(f"timeout -k 5 {PROBE_SECONDS} runuser -u {shlex.quote(user)} -- "
                             f"sh -c {shlex.quote(script)}")
 
-    def _stop_job(self, run_dir, user):
+    def _stop_job(self, run_dir, user, slurm_id=None):
         """TERM, then KILL, mpirun's process group (run.sh starts mpirun under setsid), by the pid
         in the run's file, which the training user owns: only a plain number above 1 (never -1,
         "every process") whose process belongs to that user; and as that user, so a group
         holding anyone else's process (a sudo) is out of reach. (dash's kill: "-PID" is the group.)"""
+        if slurm_id:
+            # Slurm's own stop: the job's every process on every node (and a job still queued).
+            self._as_user(user, f"scancel {slurm_id}")
         self._as_user(user, f"cd {shlex.quote(run_dir)} && p=$(head -c 16 {job_files.MPIRUN_PID} 2>/dev/null); "
                             "case \"$p\" in ''|*[!0-9]*|0|1) exit 0;; esac; "
                             f"[ \"$(stat -c %U /proc/$p 2>/dev/null)\" = {shlex.quote(user)} ] || exit 0; "
@@ -142,6 +155,12 @@ class ActionModule(ActionBase):
         user = args["user"]
         # The training user's folder, read as that user, and never through a symlink there.
         probe = probe_script(run_dir)
+        slurm_id = str(args.get("slurm_job") or "")
+        if slurm_id and not slurm_id.isdigit():
+            raise AnsibleError(f"train_job_follow: slurm_job {slurm_id!r} is not a Slurm job id")
+        if slurm_id:
+            probe += slurm_probe(slurm_id)
+        queued, gone, slurm_end = None, 0, None
         # run.sh stops the job once its heartbeat is this old: the follower gives up as late, not sooner.
         heartbeat = int(args.get("heartbeat_timeout", 0))
         started = time.monotonic()
@@ -168,8 +187,18 @@ class ActionModule(ActionBase):
                         break
                     time.sleep(poll)
                     continue
+                if slurm_id:
+                    metrics, _, queue = metrics.partition(SLURM_SEPARATOR)
+                    state, _, why = queue.strip().partition("\n")[0].partition("|")
+                    if state == "PENDING":
+                        # Its time starts when Slurm starts it.
+                        deadline = time.monotonic() + int(args.get("timeout", 7200)) + DEADLINE_GRACE_S
+                        if why != queued:
+                            queued = why
+                            display.display(f"{name}: Slurm job {slurm_id} is queued ({why})")
+                    gone = gone + 1 if state not in slurm_job.ACTIVE_STATES else 0
                 if time.monotonic() > deadline:
-                    self._stop_job(run_dir, user)
+                    self._stop_job(run_dir, user, slurm_id)
                     gave_up = (f"the job outlived train_job_timeout by {DEADLINE_GRACE_S} s without run.sh "
                                "stopping it: stopped by the controller")
                     break
@@ -180,6 +209,9 @@ class ActionModule(ActionBase):
                     last_line, last_record = line, record
                     display.display(progress_line(name, record))
                 rc = job_files.parse_exit_code(exit_text)
+                if rc is None and gone >= GONE_POLLS:
+                    rc, slurm_end = slurm_job.ended(slurm_job.show_job(
+                        self._as_user(user, f"scontrol show job --oneliner {slurm_id} 2>&1")))
                 if rc is None:
                     time.sleep(poll)
         except (Interrupted, KeyboardInterrupt):
@@ -187,7 +219,7 @@ class ActionModule(ActionBase):
                 signal.signal(sig, signal.SIG_IGN)
             # The stop first: Ansible's main process is going away, and a display
             # (sent through it) may block or fail.
-            self._stop_job(run_dir, user)
+            self._stop_job(run_dir, user, slurm_id)
             try:
                 display.display(f"{name}: interrupted, the job was stopped on every node")
             except Exception:  # the main process may be gone: the job is stopped all the same
@@ -197,6 +229,8 @@ class ActionModule(ActionBase):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+        if slurm_id:
+            result["slurm_job"] = int(slurm_id)
         if gave_up:
             result.update({job_files.JOB_RC: 255}, seconds=round(time.monotonic() - started, 1),
                           last_progress=last_record, reason=gave_up, changed=False, failed=False)
@@ -210,6 +244,6 @@ class ActionModule(ActionBase):
             rank, host, reason = mpirun_failure(log, layout)
             stop = self._as_user(user, f"cd {quoted} && {_plain(job_files.STOP_REASON)}").strip()
             result.update({job_files.JOB_FAILED_RANK: rank, job_files.JOB_FAILED_HOST: host},
-                          reason=job_files.printable(stop or reason or f"mpirun exited with code {rc}"),
+                          reason=job_files.printable(stop or slurm_end or reason or f"mpirun exited with code {rc}"),
                           mpirun_log_tail=job_files.printable(log).splitlines()[-40:])
         return result

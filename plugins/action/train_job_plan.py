@@ -24,6 +24,7 @@ ARGUMENT_SPEC = {
     "force": {"type": "bool", "default": False},
     "resume": {"type": "bool", "default": True},
     "fresh": {"type": "bool", "default": False},
+    "scheduler": {"type": "str", "default": "none"},
 }
 LAST_SUCCESS = "last_success.json"
 
@@ -50,7 +51,7 @@ class ActionModule(ActionBase):
         parts = args["parts"]
         try:
             fingerprint = train_plan.fingerprint(parts)
-            launcher = train_plan.launcher(parts.get("platform"))
+            launcher = train_plan.launcher(parts.get("platform"), args["scheduler"])
         except ValueError as error:
             raise AnsibleActionFail(f"train_job_plan: {error}")
         digests = train_plan.part_digests(parts)

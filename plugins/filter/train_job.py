@@ -69,11 +69,12 @@ def train_job_command(spec):
     `spec` keys: layout, interface, mca, env (every variable the ranks get,
     exported by run.sh), python, runner (files/run_rank.py on the nodes: a
     failed rank ends at once), program (the entry script's path on the
-    nodes), args (train_job_program_args' list), and mpirun (default "mpirun").
+    nodes), args (train_job_program_args' list), and mpirun (default "mpirun"). With `allocation` true (a
+    Slurm job), no hostfile and no rank count: mpirun takes the nodes and slots of the allocation it runs in.
     """
     ranks = sum(entry["slots"] for entry in spec["layout"])
-    argv = [spec.get("mpirun") or "mpirun", "--hostfile", job_files.HOSTFILE, "-np", str(ranks),
-            "--map-by", "slot", "--bind-to", "none",
+    placement = [] if spec.get("allocation") else ["--hostfile", job_files.HOSTFILE, "-np", str(ranks)]
+    argv = [spec.get("mpirun") or "mpirun"] + placement + ["--map-by", "slot", "--bind-to", "none",
             "--mca", "btl_tcp_if_include", spec["interface"], "--mca", "oob_tcp_if_include", spec["interface"]]
     for name, value in sorted(spec.get("mca", {}).items()):
         argv += ["--mca", str(name), str(value)]

@@ -11,6 +11,9 @@ import json
 PLATFORMS = ("Linux", "Windows")
 # The launcher seam: one task file per launcher (roles/train_job/tasks/launch-<launcher>.yml).
 LAUNCHERS = {"Linux": "mpirun", "Windows": "mpiexec"}
+# With a scheduler the train step submits the job instead (mpirun runs inside the allocation).
+SCHEDULED_LAUNCHERS = {("Linux", "slurm"): "sbatch"}
+SCHEDULERS = ("none", "slurm")
 
 
 def platform_of(spec):
@@ -21,9 +24,18 @@ def platform_of(spec):
     return platform
 
 
-def launcher(platform):
-    """The launcher for a run on this platform: mpirun (Open MPI, Linux) or mpiexec (MS-MPI, Windows)."""
-    return LAUNCHERS[platform_of({"platform": platform})]
+def launcher(platform, scheduler="none"):
+    """The launcher for a run on this platform: mpirun (Open MPI, Linux) or mpiexec (MS-MPI, Windows) started by
+    the train step itself; sbatch (Slurm, Linux) when the cluster has a scheduler."""
+    platform = platform_of({"platform": platform})
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"cluster_scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
+    if scheduler == "none":
+        return LAUNCHERS[platform]
+    if (platform, scheduler) not in SCHEDULED_LAUNCHERS:
+        raise ValueError(f"cluster_scheduler={scheduler} has no launcher for {platform} nodes: set "
+                         "cluster_scheduler: none for them")
+    return SCHEDULED_LAUNCHERS[(platform, scheduler)]
 
 
 def fingerprint(parts):

@@ -15,6 +15,7 @@ training job's bytes went over the fabric, the management network carrying only 
 cluster_mpi_interface that is missing, or that does not hold the node's cluster_address, is refused at preflight.
 This is Debian 12's row of the netns checks; tests/e2e/test_fabric_network.py is Debian 13's.
 
+The cluster is the session's (tests/e2e/conftest.py): test_slurm.py turns on Slurm on it afterwards.
 Skipped where this machine has no pyenv CPython 3.6.15 (CI's machines have it).
 """
 
@@ -32,14 +33,13 @@ import pytest
 import yaml
 
 import cluster_helpers
-from cluster_helpers import LOCAL_CLUSTER, node_shell, playbook_argv, playbook_env, recap
+from cluster_helpers import CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, node_shell, playbook_argv, playbook_env, recap
 from local_cluster.backend import pyenv_python
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "cntkreal"
-INVENTORY = ROOT / ".cluster" / NAME / "inventory"
-ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
-TOOL = LOCAL_CLUSTER
+NAME = CNTK_CLUSTER
+INVENTORY = CNTK_INVENTORY
+ARTIFACTS = CNTK_ARTIFACTS
 NODES = ["node1", "node2", "node3", "node4"]
 JOB = "digits-softmax"
 
@@ -65,26 +65,10 @@ def summary_of(job):
     return json.loads((ARTIFACTS / job / "latest" / "summary.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
-    # New nodes, and no runs on record from an earlier cluster of this name
-    # (the controller's last_success.json would say the jobs are up to date).
-    shutil.rmtree(ARTIFACTS, ignore_errors=True)
-    up = subprocess.run(TOOL + ["up", f"--name={NAME}", "--nodes=4", "--backend=cntk", "--network=netns"],
-                        capture_output=True, text=True)
-    if up.returncode != 0:
-        subprocess.run(TOOL + ["down", f"--name={NAME}"], capture_output=True)
-        pytest.fail(f"python -m local_cluster up --network netns --backend cntk failed:\n{up.stdout}\n{up.stderr}")
-    started = time.monotonic()
-    site, readings = cluster_helpers.site_with_counters(NAME, NODES, INVENTORY)
-    seconds = time.monotonic() - started
-    try:
-        if site.returncode != 0:
-            pytest.fail(f"site.yml failed:\n{site.stdout[-8000:]}")
-        yield {"up": up.stdout, "site": site.stdout, "seconds": seconds, "readings": readings}
-    finally:
-        subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+@pytest.fixture
+def cluster(cntk_cluster):
+    """The real-CNTK cluster (tests/e2e/conftest.py): up once for this module and test_slurm.py."""
+    return cntk_cluster
 
 
 def test_site_trains_digits_with_real_cntk_on_8_ranks(cluster):

@@ -26,6 +26,9 @@ def main(argv=None):
     up_parser.add_argument("--suite", choices=sorted(NODE_SUITES), default=os.environ.get("SUITE") or NODE_SUITE,
                            help=f"the Debian release of the nodes (default {NODE_SUITE}: Debian "
                                 f"{NODE_SUITES[NODE_SUITE]})")
+    up_parser.add_argument("--scheduler", choices=("none", "slurm"), default=os.environ.get("SCHEDULER") or "none",
+                           help="none: the train step starts mpirun itself (default); slurm: Slurm schedules the "
+                                "jobs (cluster_scheduler in the inventory)")
     sub.add_parser("down", help="remove every node; stop the engine if this tool started it")
     sub.add_parser("status", help="list the nodes")
     for verb, text in (("rebuild", "reinstall a node: new disk, new host keys (known_hosts left as it is)"),
@@ -40,7 +43,7 @@ def main(argv=None):
     try:
         cluster = Cluster(args.name, getattr(args, "first_address", FIRST_ADDRESS))
         if args.command == "up":
-            cluster.up(args.nodes, args.ssh_port, args.backend, args.suite, args.network)
+            cluster.up(args.nodes, args.ssh_port, args.backend, args.suite, args.network, args.scheduler)
         elif args.command == "down":
             cluster.down()
         elif args.command == "rebuild":

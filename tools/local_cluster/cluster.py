@@ -89,7 +89,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ verbs
 
-    def up(self, count, port, backend="auto", suite=NODE_SUITE, network="loopback"):
+    def up(self, count, port, backend="auto", suite=NODE_SUITE, network="loopback", scheduler="none"):
         if network not in NETWORKS:
             raise ClusterError(f"--network {network!r}: choose {' or '.join(NETWORKS)}")
         netns = network == "netns"
@@ -102,6 +102,7 @@ class Cluster:
             nodes = nodes_for(count, self.first_address)
         # Decided before anything starts: a cntk cluster that cannot be had stops here.
         backend_vars, backend_line = backend_settings(backend, python_prefix=pyenv_python())
+        backend_vars = dict(backend_vars, cluster_scheduler=scheduler)
         ensure_controller_tools()
         ensure_engine()
         ref = ensure_image(suite)
@@ -247,11 +248,15 @@ class Cluster:
 
     def down(self):
         if engine_running():
+            nodes = [name[len(self.prefix):] for name in self.containers()]
             # The nodes before the holders whose namespaces they use.
             for names in (list(self.containers()), list(self.containers(holders=True))):
                 if names:
                     run(["docker", "rm", "-f", "-v", *names])
                     print(f"removed {' '.join(names)}")
+            left = remove_slurm_cgroups(nodes)
+            if left:
+                print(f"removed {left} empty Slurm cgroups of {', '.join(nodes)} from the host's tree")
         removed = self.remove_netns_network() if shutil.which("ip") else []
         if removed:
             print(f"removed {' '.join(removed)}")
@@ -274,3 +279,19 @@ class Cluster:
             state = "running" if info["running"] else "stopped"
             print(f"{name[len(self.prefix):]:8} {info['address']}:{info['port']:5} {state:8} {info['image']}")
         return 0 if all(info["running"] for info in found.values()) else 1
+
+
+def remove_slurm_cgroups(nodes, root=Path("/sys/fs/cgroup")):
+    """The slurm_<node> cgroups slurmd made at the root of the host's hierarchies (the nodes share the host's
+    cgroup namespace), which outlive the containers: removed deepest first, and only where empty (rmdir fails on
+    a cgroup that still holds a process, another cluster's node of the same name for one). The number removed."""
+    removed = 0
+    for node in nodes:
+        for top in root.glob(f"*/slurm_{node}"):
+            for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
+                try:
+                    directory.rmdir()
+                    removed += 1
+                except OSError:
+                    pass
+    return removed

@@ -42,6 +42,7 @@ def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artif
         f"    cluster_ssh_port: {port}",
         f"    cluster_controller_known_hosts: {known_hosts_file}",
         f"    ssh_mesh_key_dir: {secrets_dir}",
+        f"    slurm_munge_key_dir: {secrets_dir}",
     ]
     if artifacts_dir:
         out.append(f"    cluster_artifacts_dir: {artifacts_dir}")

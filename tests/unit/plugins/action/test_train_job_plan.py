@@ -72,6 +72,21 @@ def test_each_platform_has_one_launcher(platform, launcher):
     assert train_plan.launcher(platform) == launcher
 
 
+def test_a_slurm_cluster_submits_with_sbatch(tmp_path):
+    result = plan(tmp_path, scheduler="slurm")
+    assert not result["failed"], result
+    assert result["must_run"] and result["launcher"] == "sbatch"
+
+
+@pytest.mark.parametrize("platform, scheduler, message", [
+    ("Windows", "slurm", "cluster_scheduler=slurm has no launcher for Windows nodes"),
+    ("Linux", "pbs", "cluster_scheduler must be one of none, slurm, not 'pbs'"),
+])
+def test_a_scheduler_without_a_launcher_is_refused(platform, scheduler, message):
+    with pytest.raises(ValueError, match=message):
+        train_plan.launcher(platform, scheduler)
+
+
 def test_an_unknown_platform_is_refused(tmp_path):
     with pytest.raises(ValueError, match="platform must be one of Linux, Windows"):
         train_plan.launcher("Plan9")

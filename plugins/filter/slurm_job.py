@@ -1,0 +1,21 @@
+"""The train step's Slurm job (plugins/module_utils/slurm_job.py)."""
+
+from ansible_collections.cntk.cluster.plugins.module_utils import slurm_job
+
+
+def train_job_sbatch_options(layout, name, run_id, run_dir, timeout, output):
+    return slurm_job.sbatch_options(list(layout), name, run_id, run_dir, timeout, output)
+
+
+def train_job_uniform_slots(layout):
+    return slurm_job.uniform_slots(list(layout))
+
+
+def train_job_slurm_queue(text):
+    return slurm_job.queue_lines(text)
+
+
+class FilterModule:
+    def filters(self):
+        return {"train_job_sbatch_options": train_job_sbatch_options,
+                "train_job_uniform_slots": train_job_uniform_slots, "train_job_slurm_queue": train_job_slurm_queue}

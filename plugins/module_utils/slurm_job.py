@@ -1,0 +1,75 @@
+"""The train step's job as Slurm sees it: the sbatch options from the run's layout, and what squeue and
+scontrol say about it afterwards."""
+
+import re
+
+# Where the project's jobs say what they are (sbatch --comment): stop.yml cancels these and nothing else.
+COMMENT_PREFIX = "cntk.cluster"
+# squeue's states of a job that has not ended yet.
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+                 "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
+
+
+def time_limit(seconds):
+    """sbatch --time from seconds, rounded up to a minute: 'D-HH:MM:SS'."""
+    minutes = max(1, -(-int(seconds) // 60))
+    days, rest = divmod(minutes * 60, 86400)
+    hours, rest = divmod(rest, 3600)
+    return f"{days}-{hours:02d}:{rest // 60:02d}:00"
+
+
+def comment(name, run_id):
+    return f"{COMMENT_PREFIX}:{name}:{run_id}"
+
+
+def sbatch_options(layout, name, run_id, run_dir, timeout, output, grace=120):
+    """sbatch's options for the run: the layout's nodes (nodelist and count), its ranks per node, a time limit
+    `grace` seconds past train_job_timeout (the job's own watchdog stops it first and says why), its name, its
+    comment (the project's mark), its folder and output file; no environment from the submitting shell. Nodes
+    with different slot counts get the most of them each: mpirun's hostfile then places the ranks
+    (uniform_slots)."""
+    hosts = [entry["host"] for entry in layout]
+    slots = [int(entry["slots"]) for entry in layout]
+    options = [f"--job-name={name}", f"--comment={comment(name, run_id)}", f"--chdir={run_dir}",
+               f"--output={output}", f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}",
+               f"--time={time_limit(int(timeout) + grace)}", "--export=NONE", "--no-requeue", "--parsable"]
+    return options + [f"--ntasks-per-node={max(slots)}"]
+
+
+def uniform_slots(layout):
+    """True when every node runs as many ranks: mpirun then takes its placement from the allocation alone."""
+    return len({int(entry["slots"]) for entry in layout}) == 1
+
+
+def show_job(text):
+    """`scontrol show job --oneliner ID`'s fields as a dict ('' when Slurm no longer knows the job)."""
+    fields = {}
+    for match in re.finditer(r"(\w+)=(\S*)", text):
+        fields.setdefault(match.group(1), match.group(2))
+    return fields
+
+
+def ended(fields):
+    """(exit code, reason) of a job that ended without its script writing an exit code (cancelled, timed out,
+    its node failed), from scontrol's JobState, ExitCode ('a:b', b the signal) and Reason."""
+    state = fields.get("JobState", "UNKNOWN")
+    code, _, signal = fields.get("ExitCode", "0:0").partition(":")
+    rc = 128 + int(signal) if signal.isdigit() and int(signal) else int(code) if code.isdigit() else 255
+    if state != "COMPLETED" and rc == 0:
+        rc = 255
+    reason = fields.get("Reason", "None")
+    text = f"Slurm ended job {fields.get('JobId', '?')}: {state}"
+    if reason not in ("None", ""):
+        text += f" ({reason})"
+    return rc, text
+
+
+def queue_lines(text, prefix=COMMENT_PREFIX):
+    """The project's jobs in `squeue --noheader --format='%i|%j|%u|%T|%k'` output: [{id, name, user, state,
+    comment}], others' jobs (another comment) left out."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.strip().split("|", 4)
+        if len(parts) == 5 and parts[4].startswith(prefix + ":"):
+            jobs.append(dict(zip(("id", "name", "user", "state", "comment"), parts)))
+    return jobs

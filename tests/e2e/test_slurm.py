@@ -1,0 +1,186 @@
+"""Slurm on the real-CNTK cluster (`cntkreal`, the session's: tests/e2e/conftest.py), after test_cntk_cluster.py
+has run its direct-mpirun checks there. `python -m local_cluster up --scheduler slurm` writes
+`cluster_scheduler: slurm` into the inventory, as `make cluster SCHEDULER=slurm` does, and site.yml provisions
+Debian's Slurm on the same 4 systemd nodes: one munge key, slurmctld on node1, slurmd everywhere, slurm.conf from
+each node's `slurmd -C`. The train step then submits with sbatch and mpirun runs inside the allocation.
+
+Nodes are read through `docker exec` (the harness's channel); the playbooks connect over SSH, host keys checked.
+"""
+
+import base64
+import hashlib
+import json
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+import cluster_helpers
+from cluster_helpers import (CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, node_shell, playbook_argv,
+                             playbook_env, recap)
+
+ROOT = cluster_helpers.ROOT
+TOOL = cluster_helpers.LOCAL_CLUSTER
+USER = "cntk"
+# Short real-CNTK runs: softmax on digits, 8 ranks.
+QUICK = {"model": "softmax", "epochs": 6, "minibatch": 64, "lr": 0.5, "seed": 1, "progress-every": 5}
+
+
+def ansible_playbook(playbook, *extra, **options):
+    return cluster_helpers.ansible_playbook(CNTK_INVENTORY, playbook, *extra, **options)
+
+
+def on_node(node, command):
+    result = node_shell(CNTK_CLUSTER, node, command, timeout=60)
+    assert result.returncode == 0, (node, command, result.stdout, result.stderr)
+    return result.stdout
+
+
+def as_user(node, command):
+    return on_node(node, f"runuser -u {USER} -- sh -c {json.dumps(command)}")
+
+
+def job_args(job, **args):
+    return ["-e", f"train_job_name={job}", "-e", json.dumps({"train_job_args": dict(QUICK, **args)})]
+
+
+def latest(job, name):
+    return json.loads((CNTK_ARTIFACTS / job / "latest" / name).read_text())
+
+
+def start_train(*extra):
+    return subprocess.Popen(playbook_argv(CNTK_INVENTORY, "playbooks/train.yml", *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT,
+                            start_new_session=True)
+
+
+def read_until(proc, pattern, timeout=300):
+    seen, deadline = [], time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if re.search(pattern, line):
+            return "".join(seen)
+        assert time.monotonic() < deadline, "".join(seen[-40:])
+    pytest.fail(f"the playbook ended before {pattern!r}:\n{''.join(seen[-60:])}")
+
+
+def daemon_starts():
+    """{node: (munge's, slurmd's [, slurmctld's]) ActiveEnterTimestampMonotonic}: a restart changes them."""
+    return {node: on_node(node, "systemctl show -p ActiveEnterTimestampMonotonic munge slurmd"
+                                + (" slurmctld" if node == "node1" else "")) for node in CNTK_NODES}
+
+
+@pytest.fixture(scope="module")
+def slurm(cntk_cluster):
+    up = subprocess.run(TOOL + ["up", f"--name={CNTK_CLUSTER}", "--nodes=4", "--backend=cntk", "--network=netns",
+                                "--scheduler=slurm"], capture_output=True, text=True)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "removed" not in up.stdout, f"the nodes were remade: {up.stdout}"
+    started = time.monotonic()
+    site = ansible_playbook("site.yml")
+    return {"site": site.stdout, "seconds": time.monotonic() - started}
+
+
+def test_sinfo_lists_every_node_idle_with_its_real_cpus(slurm):
+    listed = as_user("node1", "sinfo --noheader --Node --format='%N %T %c'").split("\n")
+    cpus = {node: on_node(node, "nproc --all").strip() for node in CNTK_NODES}
+    assert sorted(line for line in listed if line) == [f"{node} idle {cpus[node]}" for node in CNTK_NODES]
+    assert as_user("node1", "squeue --noheader") == ""
+    assert on_node("node1", "grep ^PartitionName /etc/slurm/slurm.conf").startswith(
+        "PartitionName=training Nodes=node[1-4] Default=YES")
+
+
+def test_one_munge_key_on_every_node_0400_never_shown(slurm):
+    key = (ROOT / ".secrets" / CNTK_CLUSTER / "munge.key").read_bytes()
+    assert len(key) == 1024
+    seen = {on_node(node, "sha256sum /etc/munge/munge.key; stat -c '%a %U %G' /etc/munge/munge.key")
+            for node in CNTK_NODES}
+    assert len(seen) == 1, seen
+    digest, mode = seen.pop().split("\n")[:2]
+    assert digest.split()[0] == hashlib.sha256(key).hexdigest()
+    assert mode == "400 munge munge"
+    assert base64.b64encode(key).decode()[:40] not in slurm["site"]
+    # One key: a credential made on node1 decodes on node4 (sent over the training user's SSH mesh).
+    assert re.search(r"STATUS:\s+Success", as_user("node1", "munge -n | ssh -o BatchMode=yes node4 unmunge"))
+
+
+def test_real_cntk_trains_through_sbatch_with_every_ranks_log_back(slurm):
+    job = "digits-slurm"
+    result = ansible_playbook("playbooks/train.yml", *job_args(job, epochs=10))
+    summary = latest(job, "summary.json")
+    record = latest(job, "job.json")
+    assert summary["backend"] == "cntk" and summary["ranks"] == 8
+    assert summary["hosts"] == [node for node in CNTK_NODES for _ in range(2)]
+    assert summary["test_accuracy"] >= 0.90
+    assert record["rc"] == 0 and isinstance(record["slurm_job"], int)
+    assert record["command"].startswith("sbatch ") and "--nodelist=node1,node2,node3,node4" in record["command"]
+    assert "--hostfile" not in record["command"], "mpirun takes its nodes from the allocation"
+    assert f"is Slurm job {record['slurm_job']}." in result.stdout
+    run = CNTK_ARTIFACTS / job / "latest"
+    for rank in range(8):
+        node = CNTK_NODES[rank // 2]
+        log = (run / "logs" / node / "1" / f"rank.{rank}" / "stdout").read_text()
+        assert f"rank {rank}/8 {node} " in log, (rank, log[:500])
+    # Slurm ran it as the training user, on the 4 nodes.
+    shown = as_user("node1", f"scontrol show job --oneliner {record['slurm_job']}")
+    assert "JobState=COMPLETED" in shown and "NodeList=node[1-4]" in shown and f"UserId={USER}(" in shown
+
+
+def test_a_second_job_queues_behind_the_first_and_both_run(slurm):
+    # About a minute of training: the second is submitted while the first runs.
+    first = start_train(*job_args("queue-first", epochs=300))
+    read_until(first, r"queue-first \| epoch")
+    second = start_train(*job_args("queue-second"))
+    second_output = second.communicate(timeout=900)[0]
+    first_output = first.communicate(timeout=900)[0]
+    assert first.returncode == 0, first_output[-4000:]
+    assert second.returncode == 0, second_output[-4000:]
+    assert re.search(r"queue-second: Slurm job \d+ is queued \((Resources|Priority)\)", second_output), \
+        second_output[-4000:]
+    ids = [latest(job, "job.json")["slurm_job"] for job in ("queue-first", "queue-second")]
+    times = {}
+    for job_id in ids:
+        fields = dict(re.findall(r"(\w+)=(\S+)", as_user("node1", f"scontrol show job --oneliner {job_id}")))
+        times[job_id] = (fields["StartTime"], fields["EndTime"])
+    assert times[ids[1]][0] >= times[ids[0]][1], times
+
+
+def test_the_same_job_twice_is_refused_naming_the_queued_one(slurm):
+    job = "digits-twice"
+    first = start_train(*job_args(job, epochs=300))
+    try:
+        read_until(first, r"is Slurm job \d+\.")
+        job_id = as_user("node1", f"squeue --noheader --name={job} --format=%i").strip()
+        assert job_id.isdigit(), job_id
+        again = ansible_playbook("playbooks/train.yml", *job_args(job, epochs=300), check=False)
+        assert again.returncode != 0
+        assert f"Slurm job {job_id} (" in again.stdout and f"is {job} already" in again.stdout, again.stdout[-3000:]
+    finally:
+        output = first.communicate(timeout=900)[0]
+    assert first.returncode == 0, output[-4000:]
+
+
+def test_ctrl_c_cancels_the_slurm_job_and_leaves_no_process(slurm):
+    proc = start_train(*job_args("digits-ctrlc", epochs=200))
+    read_until(proc, r"digits-ctrlc \| epoch")
+    job_id = re.search(r"(\d+)", as_user("node1", "squeue --noheader --name=digits-ctrlc --format=%i")).group(1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=180)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = {node: node_shell(CNTK_CLUSTER, node, "pgrep -u cntk -f 'train.py|orted' || true").stdout.strip()
+                for node in CNTK_NODES}
+        if not any(left.values()) and job_id not in as_user("node1", "squeue --noheader --format=%i"):
+            break
+        time.sleep(2)
+    assert not any(left.values()), left
+    assert "JobState=CANCELLED" in as_user("node1", f"scontrol show job --oneliner {job_id}")
+
+
+def test_a_second_site_run_changes_nothing_and_restarts_no_daemon(slurm):
+    before = daemon_starts()
+    result = ansible_playbook("site.yml")
+    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), recap(result.stdout)
+    assert daemon_starts() == before
