@@ -29,7 +29,7 @@ pieces live beside it:
     version_matrix_listings.py    cntk_artifacts, cntk_matrix_rows
 
 The functions are plain Python and are unit-tested directly
-(tests/unit/plugins/module_utils/test_version_matrix*.py; the filters in
+(tests/unit/plugins/module_utils/test_version_matrix_*.py; the filters in
 tests/unit/plugins/filter/test_version_matrix.py).
 """
 
