@@ -1,7 +1,9 @@
 """The version matrix's filters: the resolver is plugins/module_utils/version_matrix.py."""
 
-from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix import (
-    cntk_artifacts, cntk_matrix_rows, cntk_stack, cntk_stack_problem, driver_satisfies)
+from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix import cntk_stack, cntk_stack_problem
+from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix_listings import (
+    cntk_artifacts, cntk_matrix_rows)
+from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix_table import driver_satisfies
 
 
 class FilterModule:

@@ -3,7 +3,7 @@
 Run with the wheel's own interpreter (the CPython 3.6.15 venv of
 tests/training/cntk_env.py) by tests/training/test_cntk_api.py:
 
-    python cntk_api_probe.py FILE...
+    python cntk_api_probe.py [--root=NAME=MODULE]... FILE...
 
 prints one JSON document. For each FILE, read with ast (nothing of it runs):
 
@@ -17,11 +17,16 @@ prints one JSON document. For each FILE, read with ast (nothing of it runs):
 - deprecated: callables and keyword arguments that the wheel's own
   docstrings mark deprecated.
 
-Then ("backend") it imports training/cntk_backend.py under this interpreter
-and runs, on one process (MPI's singleton mode), the pieces that the mpirun
-tests do not reach or cannot see: the mlp model, every distributed learner
-mode and its refusals, the communicator's kinds of methods and a barrier
-(the error path calls it and swallows any error), and what the wheel is.
+--root=C=cntk names a module that a file receives as a parameter instead of
+importing it: the backend's modules (training/cntk_model.py, ...) take cntk
+as C from cntk_backend.run.
+
+Then ("backend") it imports training/cntk_backend.py and its modules under
+this interpreter and runs, on one process (MPI's singleton mode), the pieces
+that the mpirun tests do not reach or cannot see: the mlp model, every
+distributed learner mode and its refusals, the communicator's kinds of
+methods and a barrier (the error path calls it and swallows any error), and
+what the wheel is.
 """
 
 import argparse
@@ -102,13 +107,16 @@ def imported_roots(tree):
     return roots
 
 
-def check_file(path):
+def check_file(path, assumed=None):
+    """assumed: name -> module for names the file uses without importing them."""
     source = open(path).read()
     tree = ast.parse(source, filename=path)
     # The file's own modules (training/common.py for the backend) import as its imports do.
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     roots, problems, unimported = {}, [], []
-    for name, (module, line) in sorted(imported_roots(tree).items()):
+    found_roots = dict((name, (module, 0)) for name, module in (assumed or {}).items())
+    found_roots.update(imported_roots(tree))
+    for name, (module, line) in sorted(found_roots.items()):
         try:
             imported = importlib.import_module(module)
         except ImportError as error:
@@ -186,7 +194,10 @@ def exercise_backend():
     import numpy as np
     import cntk as C
     sys.path.insert(0, TRAINING)
-    import cntk_backend as backend  # compiled by this CPython 3.6: its syntax is 3.6
+    # Compiled by this CPython 3.6: their syntax is 3.6.
+    import cntk_backend  # noqa: F401 (its imports: every module of the backend)
+    import cntk_model
+    import cntk_ranks
 
     facts = {"version": C.__version__.strip(), "module": os.path.dirname(C.__file__)}
 
@@ -199,11 +210,11 @@ def exercise_backend():
     labels = C.input_variable(3, dtype=np.float32, name="labels")
     models = {}
     for kind in ("softmax", "mlp"):
-        model = backend._build_model(C, namespace(model=kind), features)
+        model = cntk_model.build_model(C, namespace(model=kind), features)
         models[kind] = {"shape": list(model.shape),
                         "parameters": sorted(list(p.shape) for p in model.parameters)}
     facts["models"] = models
-    model = backend._build_model(C, namespace(model="mlp"), features)
+    model = cntk_model.build_model(C, namespace(model="mlp"), features)
     loss = C.cross_entropy_with_softmax(model, labels)
     metric = C.classification_error(model, labels)
 
@@ -216,13 +227,13 @@ def exercise_backend():
                                                                              "quantization_bits": 1}),
                            ("0", {"quantization_bits": 0})):
         try:
-            learner, mode = backend._distributed_learner(C, argparse.Namespace(**options), local(), 64)
+            learner, mode = cntk_model.distributed_learner(C, argparse.Namespace(**options), local(), 64)
             modes[label] = {"mode": mode, "type": type(learner).__name__}
         except ValueError as error:
             modes[label] = {"error": str(error)}
     facts["distributed_learners"] = modes
 
-    learner, _ = backend._distributed_learner(C, argparse.Namespace(), local(), 64)
+    learner, _ = cntk_model.distributed_learner(C, argparse.Namespace(), local(), 64)
     communicator = learner.communicator()
     kinds = {}
     for name in ("rank", "num_workers", "finalize", "is_main", "barrier", "workers", "aggregate_in_place",
@@ -238,18 +249,18 @@ def exercise_backend():
     }
     communicator.barrier()
     facts["communicator"]["barrier"] = "returned"
-    facts["gather"] = backend._gather(C, communicator, 0, 1, [1.5, 2.0])
-    facts["gather_json"] = backend._gather_json(C, communicator, 0, 1, {"host": "h", "problems": []})
+    facts["gather"] = cntk_ranks.gather(C, communicator, 0, 1, [1.5, 2.0])
+    facts["gather_json"] = cntk_ranks.gather_json(C, communicator, 0, 1, {"host": "h", "problems": []})
 
     trainer_init = inspect.signature(C.Trainer.__init__)
     facts["trainer_parameters"] = list(trainer_init.parameters)
     writer = C.logging.ProgressPrinter(freq=1, tag="Training", num_epochs=1)
     trainer = C.Trainer(model, (loss, metric), [learner], [writer])
-    facts["last_step_before_training"] = list(backend._last_step(trainer))
+    facts["last_step_before_training"] = list(cntk_model.last_step(trainer))
     facts["properties"] = {name: type(inspect.getattr_static(C.Trainer, name, None)).__name__
                            for name in ("previous_minibatch_sample_count", "previous_minibatch_loss_average",
                                         "previous_minibatch_evaluation_average")}
-    facts["device"] = backend._device_name(C)
+    facts["device"] = cntk_model.device_name(C)
     facts["cntk.distributed"] = {
         "is cntk.train.distributed": C.distributed is C.train.distributed,
         "importable as a module": importlib.util.find_spec("cntk.distributed") is not None,
@@ -266,8 +277,14 @@ def exercise_backend():
 
 def main(argv):
     result = {"python": sys.version.split()[0], "files": {}}
+    assumed = {}
+    for arg in argv:
+        if arg.startswith("--root="):
+            name, module = arg[len("--root="):].split("=", 1)
+            assumed[name] = module
     for path in argv:
-        result["files"][path] = check_file(path)
+        if not path.startswith("--root="):
+            result["files"][path] = check_file(path, assumed)
     try:
         result["backend"] = exercise_backend()
     except Exception:

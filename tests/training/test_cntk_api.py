@@ -1,8 +1,9 @@
-"""training/cntk_backend.py's use of the cntk API, shown by the REAL cntk 2.7 wheel.
+"""The CNTK backend's use of the cntk API (training/cntk_backend.py and its modules,
+training/cntk_*.py), shown by the REAL cntk 2.7 wheel.
 
 tests/training/cntk_api_probe.py runs in the wheel's venv (CPython 3.6.15,
 cntk 2.7.post2 CPU, as tests/training/cntk_env.py builds it), once for the
-session: every name the backend reads from cntk (and numpy, the stdlib,
+session: every name the backend's files read from cntk (and numpy, the stdlib,
 common) is looked up on the real modules and every call of one is bound to
 the real signature, including branches that the mpirun runs of
 test_cntk_mpi.py never take (the mlp model, the GPU device kind, error
@@ -26,6 +27,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BACKEND = ROOT / "training" / "cntk_backend.py"
+# The backend and its modules (cntk_model.py, cntk_ranks.py, ...): each takes cntk as C from cntk_backend.run.
+BACKEND_FILES = sorted((ROOT / "training").glob("cntk_*.py"))
 PROBE = HERE / "cntk_api_probe.py"
 
 # Each line marked `# expect: TEXT` must draw a problem (or deprecation) on
@@ -63,13 +66,15 @@ MISTAKES = textwrap.dedent("""\
 
 def test_backend_parses_as_python_3_6():
     # Where the wheel's CPython 3.6 is missing; with it, the probe imports the backend under 3.6.
-    ast.parse(BACKEND.read_text(), filename=str(BACKEND), feature_version=(3, 6))
+    assert BACKEND in BACKEND_FILES and len(BACKEND_FILES) > 1
+    for path in BACKEND_FILES:
+        ast.parse(path.read_text(), filename=str(path), feature_version=(3, 6))
 
 
 def test_backend_imports_without_cntk():
-    # cntk is imported inside run(): the module itself loads on any Python 3.
+    # cntk is imported inside run(): the modules themselves load on any Python 3.
     # Run from training/ as the nodes run it: `python -c` puts the working folder first on the import path.
-    code = "import cntk_backend; print(cntk_backend.run.__name__)"
+    code = "; ".join("import " + path.stem for path in BACKEND_FILES) + "; print(cntk_backend.run.__name__)"
     result = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT / "training"), capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "run", result.stdout + result.stderr
 
@@ -84,13 +89,26 @@ def probe(cntk_runtime, tmp_path_factory):
                OMPI_MCA_btl_tcp_if_include="lo", OMPI_MCA_oob_tcp_if_include="lo",
                OMPI_MCA_btl_vader_single_copy_mechanism="none",
                LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(mpi_dir), os.environ.get("LD_LIBRARY_PATH")])))
-    result = subprocess.run([str(python), str(PROBE), str(BACKEND), str(mistakes)], capture_output=True, text=True,
-                            env=env, timeout=300, cwd=str(ROOT))
+    command = [str(python), str(PROBE), "--root=C=cntk"] + [str(path) for path in BACKEND_FILES] + [str(mistakes)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=str(ROOT))
     lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     assert result.returncode == 0 and lines, result.stdout + result.stderr[-4000:]
     facts = json.loads(lines[-1][len("PROBE "):])
     assert "error" not in facts["backend"], facts["backend"].get("error")
-    return facts, facts["files"][str(BACKEND)], facts["files"][str(mistakes)]
+    return facts, _merged([facts["files"][str(path)] for path in BACKEND_FILES], BACKEND_FILES), \
+        facts["files"][str(mistakes)]
+
+
+def _merged(reports, paths):
+    """The backend's files' reports as one: names, calls and roots together, each problem named by its file."""
+    merged = {"roots": {}, "unimported": [], "names": [], "calls": [], "unbound": [], "problems": [], "deprecated": []}
+    for report, path in zip(reports, paths):
+        merged["roots"].update(report["roots"])
+        for key in ("unimported", "names", "calls", "unbound"):
+            merged[key] = sorted(set(merged[key]) | set(report[key]))
+        for key in ("problems", "deprecated"):
+            merged[key] += ["{}: {}".format(path.name, message) for message in report[key]]
+    return merged
 
 
 def test_it_is_the_real_wheel_under_python_3_6(probe, cntk_runtime):
