@@ -129,8 +129,9 @@ def test_real_cntk_trains_through_sbatch_with_every_ranks_log_back(slurm):
 
 
 def test_a_second_job_queues_behind_the_first_and_both_run(slurm):
-    # About a minute of training: the second is submitted while the first runs.
-    first = start_train(*job_args("queue-first", epochs=300))
+    # About a minute and a half of training (8 ranks on 2 cores, a checkpoint per epoch): the second is
+    # submitted while the first runs.
+    first = start_train(*job_args("queue-first", epochs=60))
     read_until(first, r"queue-first \| epoch")
     second = start_train(*job_args("queue-second"))
     second_output = second.communicate(timeout=900)[0]
@@ -147,7 +148,7 @@ def test_a_second_job_queues_behind_the_first_and_both_run(slurm):
     assert times[ids[1]][0] >= times[ids[0]][1], times
 
 
-def test_the_same_job_twice_is_refused_naming_the_queued_one(slurm):
+def test_the_same_job_twice_is_refused_naming_the_queued_one_and_stop_yml_cancels_it(slurm):
     job = "digits-twice"
     first = start_train(*job_args(job, epochs=300))
     try:
@@ -157,9 +158,14 @@ def test_the_same_job_twice_is_refused_naming_the_queued_one(slurm):
         again = ansible_playbook("playbooks/train.yml", *job_args(job, epochs=300), check=False)
         assert again.returncode != 0
         assert f"Slurm job {job_id} (" in again.stdout and f"is {job} already" in again.stdout, again.stdout[-3000:]
+        stopped = ansible_playbook("playbooks/stop.yml")
+        assert "Cancel them with scancel" in stopped.stdout and "changed: [node1]" in stopped.stdout
     finally:
-        output = first.communicate(timeout=900)[0]
-    assert first.returncode == 0, output[-4000:]
+        output = first.communicate(timeout=600)[0]
+    assert first.returncode != 0
+    assert re.search(rf"{job} run \S+ failed: (Slurm ended job {job_id}: CANCELLED|stopping the job: it was asked "
+                     r"to stop)", output), output[-3000:]
+    assert as_user("node1", "squeue --noheader") == ""
 
 
 def test_ctrl_c_cancels_the_slurm_job_and_leaves_no_process(slurm):
@@ -184,3 +190,24 @@ def test_a_second_site_run_changes_nothing_and_restarts_no_daemon(slurm):
     result = ansible_playbook("site.yml")
     assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), recap(result.stdout)
     assert daemon_starts() == before
+
+
+def test_a_users_own_sbatch_from_the_documented_template_gets_the_job_contract(slurm):
+    """examples/slurm/train.sbatch (docs/slurm.md), copied to the training user's home on node1 and submitted
+    by hand: the demo train.py finds its shards, writes its results and checkpoints where the contract says."""
+    template = (ROOT / "examples" / "slurm" / "train.sbatch").read_text()
+    on_node("node1", f"cat > /home/{USER}/train.sbatch <<'TEMPLATE'\n{template}TEMPLATE\n"
+                     f"chown {USER}: /home/{USER}/train.sbatch")
+    args = "--model softmax --epochs 5 --minibatch 64 --lr 0.5 --seed 1"
+    submitted = as_user("node1", f"cd $HOME && sbatch --wait --parsable train.sbatch {args}").strip()
+    job_id = submitted.split(";")[0]
+    assert job_id.isdigit(), submitted
+    out = as_user("node1", f"cat $HOME/my-job-{job_id}.out")
+    summary = json.loads(as_user("node1", f"cat $HOME/runs/my-job/{job_id}/output/summary.json"))
+    assert summary["ranks"] == 8 and summary["backend"] == "cntk", out[-3000:]
+    assert summary["hosts"] == [node for node in CNTK_NODES for _ in range(2)]
+    assert summary["test_accuracy"] >= 0.80
+    for rank in range(8):
+        node = CNTK_NODES[rank // 2]
+        log = on_node(node, f"cat /home/{USER}/runs/my-job/{job_id}/logs/1/rank.{rank}/stdout")
+        assert f"rank {rank}/8 {node} " in log, (rank, log[:500])
