@@ -448,3 +448,16 @@ def test_check_of_a_touched_source_hashes_it_but_counts_nothing(tmp_path, monkey
     write(source, "".join(ctf_lines(40)).replace("|labels 0 1", "|labels 1 0"))  # same size, other bytes
     with pytest.raises(AssertionError, match="no need to count"):
         sd.shard(source, 4, out, check=True)
+
+
+@pytest.mark.parametrize("layout", ["shard", "replicate"])
+def test_an_unchanged_verified_rerun_writes_nothing(tmp_path, layout):
+    """verify=True (dataset_verify: full) hashes everything; finding it all as it was, it rewrites no file,
+    the quick check's .stat.json neither."""
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(40)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out, layout=layout)
+    before = full_snapshot(out)
+    assert STAT_CACHE in before
+    assert sd.shard(source, 4, out, layout=layout, verify=True)["changed"] is False
+    assert full_snapshot(out) == before
