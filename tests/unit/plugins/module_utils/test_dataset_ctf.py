@@ -73,3 +73,20 @@ def test_agreeing_ctf_lines_pass_in_any_order_and_across_reads(tmp_path, monkeyp
     lines = ["|features %d 0.5 |labels 0 1\n" % i for i in range(40)] + ["|labels 1 0 |features 9 9\n"]
     source = write(tmp_path / "train.ctf", "".join(lines) + "|features 1 2 |labels 0 1\n")
     assert sd.shard(source, 2, tmp_path / "out")["samples"] == 42
+
+
+@pytest.mark.parametrize("first", [b"|f 1 2 |l 0\n", b"0 |f 1 2 |l 0\n", b"|f 1:1 |#c |l\n"])
+def test_a_line_the_shape_accepts_is_a_ctf_line(first):
+    """Lines the first line's shape matches are not checked again: the shape must accept CTF lines only."""
+    check = dataset_ctf.CtfCheck("train.ctf")
+    check(first, 0, len(first))
+    rng = random.Random(5)
+    atoms = ["|f", "|l", "|#c", " ", "\t", "1", "0.5", "-2", ".5", "3:", "e", "E+", "x", ":", ".", "|", "\r", "7 ",
+             "|f 1 2", "|l 0", " 1:1", "0 "]
+    accepted = 0
+    for _ in range(5000):
+        line = "".join(rng.choice(atoms) for _ in range(rng.randrange(1, 8))).encode() + b"\n"
+        if check.pattern.match(line).end() == len(line):
+            accepted += 1
+            assert dataset_ctf.CTF_LINE.fullmatch(line) is not None, line
+    assert accepted  # the shape did accept some of them
