@@ -176,20 +176,20 @@ def test_out_may_not_be_the_source_directory(tmp_path):
         sd.shard(tmp_path / "src", 2, tmp_path / "src")
 
 
-def test_source_changing_between_the_passes_commits_nothing(tmp_path, monkeypatch):
+def test_source_changing_while_it_is_read_commits_nothing(tmp_path, monkeypatch):
     source = write(tmp_path / "train.ctf", "".join(ctf_lines(30)))
     out = tmp_path / "out"
     sd.shard(source, 3, out)
     before = snapshot(out)
     write(source, "".join(ctf_lines(31)))
-    real_scan = sd.scan
+    real_blocks = sd.blocks
 
-    def scan_then_edit(*args):
-        result = real_scan(*args)
-        write(source, "".join(ctf_lines(31)).replace("features", "Features"))  # same size and lines
-        return result
+    def read_then_edit(*args):
+        for segment in real_blocks(*args):
+            yield segment
+            write(source, "".join(ctf_lines(31)).replace("features", "Features"))  # same size and lines
 
-    patch_everywhere(monkeypatch, "scan", scan_then_edit)
+    patch_everywhere(monkeypatch, "blocks", read_then_edit)
     with pytest.raises(sd.ShardError, match="changed while it was being sharded"):
         sd.shard(source, 3, out)
     assert snapshot(out) == before
@@ -203,7 +203,7 @@ def test_unchanged_rerun_hashes_nothing(tmp_path, monkeypatch):
     def no_hashing(*args, **kwargs):
         raise AssertionError("the quick check should have answered")
 
-    for name in ("scan", "source_sha256_only", "file_sha256", "shard_files_match"):
+    for name in ("scan", "source_sha256_only", "file_sha256", "blocks", "copy_range"):
         patch_everywhere(monkeypatch, name, no_hashing)
     assert sd.shard(source, 4, out)["changed"] is False
 
@@ -461,3 +461,52 @@ def test_an_unchanged_verified_rerun_writes_nothing(tmp_path, layout):
     assert STAT_CACHE in before
     assert sd.shard(source, 4, out, layout=layout, verify=True)["changed"] is False
     assert full_snapshot(out) == before
+
+
+def reads_of(monkeypatch):
+    """Every read of a file's lines or bytes by the cutter, by path: blocks() and source_sha256_only()."""
+    reads = []
+    real_blocks, real_sha = sd.blocks, sd.source_sha256_only
+    patch_everywhere(monkeypatch, "blocks", lambda path, *rest: reads.append(str(path)) or real_blocks(path, *rest))
+    patch_everywhere(monkeypatch, "source_sha256_only",
+                     lambda paths: reads.extend(map(str, paths)) or real_sha(paths))
+    return reads
+
+
+def test_the_cut_reads_the_source_once(tmp_path, monkeypatch):
+    """Checked, counted, hashed and cut in one read: a new source, another rank count, a damaged shard."""
+    src = tmp_path / "src"
+    write(src / "a.ctf", "".join(ctf_lines(40)))
+    write(src / "b.ctf", "".join(ctf_lines(30, start=40)))
+    out = tmp_path / "out"
+    reads = reads_of(monkeypatch)
+    sd.shard(src, 4, out)
+    assert sorted(reads) == [str(src / "a.ctf"), str(src / "b.ctf")]
+    reads.clear()
+    assert sd.shard(src, 6, out)["changed"] is True  # re-placed: the manifest's counts place it before the read
+    assert sorted(reads) == [str(src / "a.ctf"), str(src / "b.ctf")]
+    good = shard_texts(out)
+    (out / "shard-00002.ctf").write_bytes(b"|features 0 |labels 0 1\n")
+    reads.clear()
+    assert sd.shard(src, 6, out)["changed"] is True  # only the damaged shard written again
+    assert sorted(reads) == [str(src / "a.ctf"), str(src / "b.ctf")]
+    assert shard_texts(out) == good
+    assert_consistent(out)
+
+
+def test_a_touched_source_rereads_no_shard(tmp_path, monkeypatch):
+    """The source is hashed again; the shards, as the last run left them by size and mtime, are not read."""
+    source = write(tmp_path / "train.ctf", "".join(ctf_lines(40)))
+    out = tmp_path / "out"
+    sd.shard(source, 4, out)
+    stat = os.stat(source)
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    reads = reads_of(monkeypatch)
+
+    def no_shard_hashing(*args, **kwargs):
+        raise AssertionError("a shard the quick check vouches for was read")
+
+    patch_everywhere(monkeypatch, "file_sha256", no_shard_hashing)
+    before = snapshot(out)
+    assert sd.shard(source, 4, out)["changed"] is False
+    assert reads == [str(source)] and snapshot(out) == before
