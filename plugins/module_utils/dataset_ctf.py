@@ -7,7 +7,8 @@ up to the next "|". The first malformed line is refused as
 "<file>:<line>: <what is wrong>". It runs inside the pass that reads the
 source anyway: with Python 3.11 one compiled regular expression over each
 read (possessive quantifiers, no backtracking); older Pythons match line by
-line.
+line. Lines shaped as the file's first (its streams and dimensions) are
+matched by that shape's expression alone, which accepts only CTF lines.
 """
 
 import re
@@ -112,6 +113,13 @@ class CtfCheck:
         self.pattern = None
 
     def __call__(self, data, start, end):
+        if self.pattern is not None:
+            # A line shaped as the file's first is CTF too: the usual read is this one match, not two.
+            at = self.pattern.match(data, start, end).end()
+            self.lines += data.count(b"\n", start, at)
+            start = at
+            if start == end:
+                return
         if CTF_BLOCK is not None:
             bad = CTF_BLOCK.match(data, start, end).end()
         else:

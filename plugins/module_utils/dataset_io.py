@@ -8,6 +8,7 @@ manifest with its files, the new manifest with its files, or no manifest;
 never a manifest that describes files that are not there.
 """
 
+import bisect
 import fcntl
 import hashlib
 import os
@@ -239,8 +240,8 @@ class ShardFiles:
 
     def finish(self):
         self.close()
-        for temp in self.temps:
-            fsync_path(temp)
+        for rank in sorted(self.started):
+            fsync_path(self.temps[rank])
 
     def discard(self):
         self.close()
@@ -359,21 +360,6 @@ def data_file_matches(path, entry, source_status):
         return False
 
 
-def shard_files_match(out, manifest, stop=None):
-    """True when every data file the manifest lists exists with its recorded size and sha256.
-
-    stop (a threading.Event), once set, ends the check early with False.
-    """
-    try:
-        entries = manifest["shards"]
-        paths = [os.path.join(out, entry["shard"]) for entry in entries]
-        if not all(os.stat(p).st_size == e["bytes"] for p, e in zip(paths, entries)):  # cheap check first
-            return False
-        return all(file_sha256(p, stop) == e["sha256"] for p, e in zip(paths, entries))
-    except (OSError, KeyError, TypeError, ValueError):
-        return False
-
-
 def lock(out, shared=False):
     """Hold a flock on the directory itself (no lock file in DIR): one run at a time, --check beside none."""
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
@@ -395,3 +381,39 @@ def clean_leftovers(out):
         if TEMP_RE.fullmatch(stray):  # left by a run that was killed
             remove(os.path.join(out, stray))
 
+
+
+def spool_offset(spool, marks, line):
+    """The byte offset in spool (a file descriptor) where its line-th line starts; marks are (lines, offset)
+    before each written segment, ascending, the last one the end."""
+    index = bisect.bisect_right(marks, (line, float("inf"))) - 1
+    lines, offset = marks[index]
+    if lines == line:
+        return offset
+    data = os.pread(spool, marks[index + 1][1] - offset, offset)
+    at = -1
+    for _ in range(line - lines):
+        at = data.index(b"\n", at + 1)
+    return offset + at + 1
+
+
+def copy_range(spool, target, start, end):
+    """sha256 of spool's bytes [start, end), written to target (a path) unless it is None."""
+    digest = hashlib.sha256()
+    stream = create(target) if target is not None else None
+    try:
+        while start < end:
+            data = os.pread(spool, min(CHUNK, end - start), start)
+            if not data:
+                raise ShardError("the spool of the cut ended early: run again")
+            digest.update(data)
+            if stream is not None:
+                stream.write(data)
+            start += len(data)
+        if stream is not None:
+            stream.flush()
+            os.fsync(stream.fileno())
+    finally:
+        if stream is not None:
+            stream.close()
+    return digest.hexdigest()

@@ -181,11 +181,20 @@ def source_unchanged(out, paths, layout):
 
 
 def write_stat_cache(out, paths):
+    """Record the quick check's figures; a run that finds them as they are writes nothing (changed=0 means
+    no write)."""
     with open(os.path.join(out, MANIFEST), "rb") as handle:
         manifest_bytes = handle.read()
+    cached = stat_cache(out, paths, manifest_bytes, json.loads(manifest_bytes))
+    try:
+        with open(os.path.join(out, STAT_CACHE)) as handle:
+            if json.load(handle) == cached:
+                return
+    except (OSError, ValueError):
+        pass
     temporary = os.path.join(out, STAT_CACHE + ".tmp")
     with open(temporary, "w") as handle:
-        json.dump(stat_cache(out, paths, manifest_bytes, json.loads(manifest_bytes)), handle)
+        json.dump(cached, handle)
     os.replace(temporary, os.path.join(out, STAT_CACHE))
 
 
