@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -39,7 +40,8 @@ def on_node(node, command):
 
 
 def as_user(node, command):
-    return on_node(node, f"runuser -u {USER} -- sh -c {json.dumps(command)}")
+    # Quoted for the node's outer shell: $HOME is the training user's.
+    return on_node(node, f"runuser -u {USER} -- sh -c {shlex.quote(command)}")
 
 
 def job_args(job, **args):
