@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,26 @@ def ansible_playbook(inventory, playbook, *extra, check=True, timeout=1200):
     if check and result.returncode != 0:
         pytest.fail(f"{playbook} failed:\n{result.stdout[-8000:]}\n{result.stderr[-2000:]}")
     return result
+
+
+def start_playbook(inventory, playbook, *extra):
+    """A playbook in the background, in its own process group (as a terminal runs it), its output in one pipe."""
+    return subprocess.Popen(playbook_argv(inventory, playbook, *extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT,
+                            start_new_session=True)
+
+
+def read_until(proc, pattern, timeout=240):
+    """A started playbook's output up to the first line matching pattern; the test fails with the output's tail
+    when the playbook ends or `timeout` seconds pass first."""
+    seen, deadline = [], time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if re.search(pattern, line):
+            return "".join(seen)
+        if time.monotonic() > deadline:
+            break
+    pytest.fail(f"no {pattern!r} in:\n{''.join(seen[-60:])}")
 
 
 def recap(output):

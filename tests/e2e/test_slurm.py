@@ -19,8 +19,8 @@ import time
 import pytest
 
 import cluster_helpers
-from cluster_helpers import (CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, node_shell, playbook_argv,
-                             playbook_env, recap)
+from cluster_helpers import (CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, node_shell, recap,
+                             start_playbook)
 
 ROOT = cluster_helpers.ROOT
 TOOL = cluster_helpers.LOCAL_CLUSTER
@@ -53,19 +53,11 @@ def latest(job, name):
 
 
 def start_train(*extra):
-    return subprocess.Popen(playbook_argv(CNTK_INVENTORY, "playbooks/train.yml", *extra), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT,
-                            start_new_session=True)
+    return start_playbook(CNTK_INVENTORY, "playbooks/train.yml", *extra)
 
 
 def read_until(proc, pattern, timeout=300):
-    seen, deadline = [], time.monotonic() + timeout
-    for line in proc.stdout:
-        seen.append(line)
-        if re.search(pattern, line):
-            return "".join(seen)
-        assert time.monotonic() < deadline, "".join(seen[-40:])
-    pytest.fail(f"the playbook ended before {pattern!r}:\n{''.join(seen[-60:])}")
+    return cluster_helpers.read_until(proc, pattern, timeout)
 
 
 def daemon_starts():

@@ -10,13 +10,12 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from cluster_helpers import ansible_playbook, node_shell, playbook_argv, playbook_env, recap
+from cluster_helpers import ansible_playbook, node_shell, read_until, recap, start_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "sec"
@@ -39,21 +38,8 @@ def on_node(node, command):
 
 
 def start(job, **args):
-    return subprocess.Popen(playbook_argv(INVENTORY, "playbooks/train.yml", "-e", f"train_job_name={job}",
-                                          "-e", json.dumps({"train_job_args": dict(ARGS, **args)})),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=playbook_env(),
-                            cwd=ROOT, start_new_session=True)
-
-
-def read_until(proc, pattern, timeout=240):
-    seen, deadline = [], time.monotonic() + timeout
-    for line in proc.stdout:
-        seen.append(line)
-        if re.search(pattern, line):
-            return "".join(seen)
-        if time.monotonic() > deadline:
-            break
-    pytest.fail(f"no {pattern!r} in:\n{''.join(seen[-40:])}")
+    return start_playbook(INVENTORY, "playbooks/train.yml", "-e", f"train_job_name={job}",
+                          "-e", json.dumps({"train_job_args": dict(ARGS, **args)}))
 
 
 def interrupt(proc):
