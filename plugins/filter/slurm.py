@@ -2,7 +2,7 @@
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.cntk.cluster.plugins.module_utils import slurm_conf
+from ansible_collections.cntk.cluster.plugins.module_utils import slurm_conf, slurm_health
 
 
 def slurm_hostlist(names):
@@ -53,10 +53,31 @@ def slurm_release_problems(releases, minimum=slurm_conf.MIN_RELEASE):
     return slurm_conf.release_problems(dict(releases), minimum)
 
 
-
-
 def slurm_not_ready(sinfo_lines, hosts):
     return slurm_conf.not_ready(list(sinfo_lines), list(hosts))
+
+
+def slurm_slow_links(reports, fraction):
+    """{median, slow: [{node, rate, reason}], rates} from {node: `iperf3 -J -R` report of the link it sent on}."""
+    try:
+        rates = {node: slurm_health.iperf_rate(report) for node, report in dict(reports).items()}
+    except (ValueError, KeyError, TypeError) as error:
+        raise AnsibleFilterError(f"iperf3's report cannot be read: {error}")
+    median, slow = slurm_health.slow_links(rates, float(fraction))
+    return {"median": median, "rates": {node: round(rate) for node, rate in rates.items()},
+            "slow": [{"node": node, "rate": rate, "reason": slurm_health.link_reason(node, rate, median, fraction)}
+                     for node, rate in slow]}
+
+
+def slurm_held(sinfo_lines, nodes):
+    """[{node, state, reason}] for the nodes Slurm holds out of a job (drained, down, not listed)."""
+    return [{"node": node, "state": state, "reason": reason}
+            for node, state, reason in slurm_health.held(list(sinfo_lines), list(nodes))]
+
+
+def slurm_held_words(held):
+    """'node3 (drained: cntk-health: data: ...)' from a slurm_held entry."""
+    return f"{held['node']} ({held['state']}" + (f": {held['reason']}" if held["reason"] else "") + ")"
 
 
 class FilterModule:
@@ -64,4 +85,6 @@ class FilterModule:
         return {"slurm_hostlist": slurm_hostlist, "slurm_hardware": slurm_hardware,
                 "slurm_node_lines": slurm_node_lines, "slurm_release": slurm_release,
                 "slurm_release_problems": slurm_release_problems,
-                "slurm_cluster": slurm_cluster, "slurm_not_ready": slurm_not_ready}
+                "slurm_cluster": slurm_cluster, "slurm_not_ready": slurm_not_ready,
+                "slurm_slow_links": slurm_slow_links, "slurm_held": slurm_held,
+                "slurm_held_words": slurm_held_words}

@@ -122,6 +122,72 @@ def test_real_cntk_trains_through_sbatch_with_every_ranks_log_back(slurm):
     assert "JobState=COMPLETED" in shown and "NodeList=node[1-4]" in shown and f"UserId={USER}(" in shown
 
 
+def node_pid(node):
+    return subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"cntk-{CNTK_CLUSTER}-{node}"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def slurm_node(node):
+    return as_user("node1", f"sinfo --noheader --Node --nodes={node} --format='%T|%E'").strip()
+
+
+def settled(node, want, timeout=30):
+    """The node's sinfo state once it reads want (a resumed node shows idle* for a moment), else the last one."""
+    deadline = time.monotonic() + timeout
+    while (state := slurm_node(node)) != want and time.monotonic() < deadline:
+        time.sleep(1)
+    return state
+
+
+def test_a_node_whose_data_disk_is_too_small_is_drained_named_and_kept_out(slurm):
+    """node3's data folder becomes a 64 KiB disk (a tmpfs mounted into its mount namespace from the host): its
+    health check drains it, naming the folder and the free space; the train step stops naming node3 and submits
+    nothing. With the disk gone, the next check returns node3 to service."""
+    folder = "/srv/cntk/data/digits"
+    # The last good check records what node3 holds for its ranks.
+    assert on_node("node3", "/usr/local/sbin/cntk-node-health") == ""
+    owner = on_node("node3", "id -u cntk && id -g cntk").split()
+    mount = ["nsenter", "-t", node_pid("node3"), "-m", "--"]
+    subprocess.run(mount + ["mount", "-t", "tmpfs", "-o", f"size=64k,mode=0750,uid={owner[0]},gid={owner[1]}",
+                            "tmpfs", folder], check=True)
+    try:
+        refused = ansible_playbook("playbooks/train.yml", *job_args("digits-slurm", epochs=10), check=False)
+        assert refused.returncode != 0
+        assert re.search(r"Slurm holds node3 out of the job: node3 \(drained: cntk-health: data: "
+                         rf"{folder} has [\d.]+ KiB free, [\d.]+ KiB short of the 2 files", refused.stdout), \
+            refused.stdout[-3000:]
+        assert "is Slurm job" not in refused.stdout and as_user("node1", "squeue --noheader") == ""
+        state, reason = slurm_node("node3").split("|", 1)
+        assert state == "drained" and reason.startswith("cntk-health: data: "), (state, reason)
+    finally:
+        subprocess.run(mount + ["umount", folder], check=True)
+    assert "healthy again, resumed" in on_node("node3", "/usr/local/sbin/cntk-node-health")
+    assert settled("node3", "idle|none") == "idle|none"
+
+
+def test_a_throttled_fabric_link_is_drained_named_and_kept_out_until_it_is_fast_again(slurm):
+    """A tbf of 20 Mbit/s on node4's fabric NIC: the train step's link check measures it against the cluster's
+    median, drains node4 naming both rates, and submits nothing; with the tbf gone the next train run returns
+    node4 to service (and finds the job up to date)."""
+    tc = ["nsenter", "-t", node_pid("node4"), "-n", "--", "tc", "qdisc"]
+    subprocess.run(tc + ["add", "dev", "fab0", "root", "tbf", "rate", "20mbit", "burst", "32kbit", "latency",
+                         "400ms"], check=True)
+    try:
+        refused = ansible_playbook("playbooks/train.yml", *job_args("digits-slurm", epochs=10), check=False)
+        assert refused.returncode != 0
+        found = re.search(r"node4 \(drained: cntk-health-link: fabric: node4 sends (\d+) Mbit/s, under 0.25 of the "
+                          r"cluster's median (\d+) Mbit/s", refused.stdout)
+        assert found, refused.stdout[-3000:]
+        assert int(found.group(1)) <= 25 and int(found.group(2)) > 100, found.groups()
+        assert "is Slurm job" not in refused.stdout
+        assert slurm_node("node4").startswith("drained|cntk-health-link: fabric: node4 sends")
+    finally:
+        subprocess.run(tc + ["del", "dev", "fab0", "root"], check=True)
+    again = ansible_playbook("playbooks/train.yml", *job_args("digits-slurm", epochs=10))
+    assert "digits-slurm is up to date" in again.stdout, again.stdout[-3000:]
+    assert settled("node4", "idle|none") == "idle|none"
+
+
 def test_a_second_job_queues_behind_the_first_and_both_run(slurm):
     # About a minute and a half of training (8 ranks on 2 cores, a checkpoint per epoch): the second is
     # submitted while the first runs.
