@@ -9,6 +9,8 @@ BACKEND ?= auto
 NETWORK ?= netns
 # none: the train step starts mpirun itself; slurm: Slurm schedules the jobs (docs/slurm.md).
 SCHEDULER ?= none
+# true (with SCHEDULER=slurm): Slurm's job accounting, slurmdbd and MariaDB on node1.
+ACCOUNTING ?= false
 VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -30,7 +32,7 @@ $(VENV)/.installed: requirements.txt training/requirements.txt
 	touch $@
 
 up: venv
-	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK) --scheduler $(SCHEDULER)
+	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK) --scheduler $(SCHEDULER) $(if $(filter true,$(ACCOUNTING)),--accounting)
 
 down: venv
 	$(PY) -m local_cluster down

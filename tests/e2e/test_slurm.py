@@ -61,15 +61,16 @@ def read_until(proc, pattern, timeout=300):
 
 
 def daemon_starts():
-    """{node: (munge's, slurmd's [, slurmctld's]) ActiveEnterTimestampMonotonic}: a restart changes them."""
+    """{node: (munge's, slurmd's [, slurmctld's, slurmdbd's, mariadb's]) ActiveEnterTimestampMonotonic}: a restart
+    changes them."""
     return {node: on_node(node, "systemctl show -p ActiveEnterTimestampMonotonic munge slurmd"
-                                + (" slurmctld" if node == "node1" else "")) for node in CNTK_NODES}
+                                + (" slurmctld slurmdbd mariadb" if node == "node1" else "")) for node in CNTK_NODES}
 
 
 @pytest.fixture(scope="module")
 def slurm(cntk_cluster):
     up = subprocess.run(TOOL + ["up", f"--name={CNTK_CLUSTER}", "--nodes=4", "--backend=cntk", "--network=netns",
-                                "--scheduler=slurm"], capture_output=True, text=True)
+                                "--scheduler=slurm", "--accounting"], capture_output=True, text=True)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "removed" not in up.stdout, f"the nodes were remade: {up.stdout}"
     started = time.monotonic()
@@ -120,6 +121,22 @@ def test_real_cntk_trains_through_sbatch_with_every_ranks_log_back(slurm):
     # Slurm ran it as the training user, on the 4 nodes.
     shown = as_user("node1", f"scontrol show job --oneliner {record['slurm_job']}")
     assert "JobState=COMPLETED" in shown and "NodeList=node[1-4]" in shown and f"UserId={USER}(" in shown
+
+
+def test_accounting_answers_for_the_finished_job_and_its_password_stays_private(slurm):
+    """slurm_accounting (the fixture's --accounting): slurmdbd with its database in MariaDB on node1; sacct
+    answers for the job the sbatch test ran; the database password is made once on the controller, 0400, and is
+    never in site.yml's output; slurmdbd.conf, which holds it, is the slurm user's, 0600."""
+    record = latest("digits-slurm", "job.json")
+    rows = as_user("node1", f"sacct --noheader --parsable2 --allocations --jobs={record['slurm_job']} "
+                            "--format=JobID,JobName,User,State,ExitCode,NodeList")
+    assert f"{record['slurm_job']}|digits-slurm|{USER}|COMPLETED|0:0|node[1-4]" in rows, rows
+    password_file = ROOT / ".secrets" / CNTK_CLUSTER / "slurmdbd.pass"
+    assert password_file.stat().st_mode & 0o777 == 0o400
+    password = password_file.read_text().strip()
+    assert len(password) >= 32 and password not in slurm["site"]
+    assert on_node("node1", "stat -c '%U %a' /etc/slurm/slurmdbd.conf").strip() == "slurm 600"
+    assert on_node("node1", "systemctl is-active mariadb slurmdbd").split() == ["active", "active"]
 
 
 def node_pid(node):

@@ -29,6 +29,9 @@ def main(argv=None):
     up_parser.add_argument("--scheduler", choices=("none", "slurm"), default=os.environ.get("SCHEDULER") or "none",
                            help="none: the train step starts mpirun itself (default); slurm: Slurm schedules the "
                                 "jobs (cluster_scheduler in the inventory)")
+    up_parser.add_argument("--accounting", action="store_true", default=os.environ.get("ACCOUNTING") == "true",
+                           help="with --scheduler slurm: job accounting, slurmdbd and MariaDB on node1 "
+                                "(slurm_accounting in the inventory)")
     sub.add_parser("down", help="remove every node; stop the engine if this tool started it")
     sub.add_parser("status", help="list the nodes")
     for verb, text in (("rebuild", "reinstall a node: new disk, new host keys (known_hosts left as it is)"),
@@ -43,7 +46,8 @@ def main(argv=None):
     try:
         cluster = Cluster(args.name, getattr(args, "first_address", FIRST_ADDRESS))
         if args.command == "up":
-            cluster.up(args.nodes, args.ssh_port, args.backend, args.suite, args.network, args.scheduler)
+            cluster.up(args.nodes, args.ssh_port, args.backend, args.suite, args.network, args.scheduler,
+                       args.accounting)
         elif args.command == "down":
             cluster.down()
         elif args.command == "rebuild":

@@ -89,7 +89,8 @@ class Cluster:
 
     # ------------------------------------------------------------------ verbs
 
-    def up(self, count, port, backend="auto", suite=NODE_SUITE, network="loopback", scheduler="none"):
+    def up(self, count, port, backend="auto", suite=NODE_SUITE, network="loopback", scheduler="none",
+           accounting=False):
         if network not in NETWORKS:
             raise ClusterError(f"--network {network!r}: choose {' or '.join(NETWORKS)}")
         netns = network == "netns"
@@ -102,7 +103,9 @@ class Cluster:
             nodes = nodes_for(count, self.first_address)
         # Decided before anything starts: a cntk cluster that cannot be had stops here.
         backend_vars, backend_line = backend_settings(backend, python_prefix=pyenv_python())
-        backend_vars = dict(backend_vars, cluster_scheduler=scheduler)
+        if accounting and scheduler != "slurm":
+            raise ClusterError("--accounting is Slurm's job accounting: add --scheduler slurm")
+        backend_vars = dict(backend_vars, cluster_scheduler=scheduler, slurm_accounting=accounting)
         ensure_controller_tools()
         ensure_engine()
         ref = ensure_image(suite)

@@ -178,10 +178,25 @@ def save_state(state):
     os.replace(tmp, STATE)
 
 
+def data_as(user, data_dir, recorded):
+    """check_data run as the training user, whose folder it is: root reads nothing through a path that user
+    controls. This program again, under root's own Python, isolated (-I), the record on stdin."""
+    account = pwd.getpwnam(user)
+    env = {"PATH": SYSTEM_PATH, "HOME": account.pw_dir, "LANG": "C.UTF-8"}
+    argv = [shutil.which("runuser", path=SYSTEM_PATH) or "/usr/sbin/runuser", "-u", user, "--",
+            sys.executable, "-I", os.path.abspath(__file__), "--data-check", data_dir]
+    try:
+        result = run(argv, env=env, cwd="/", input=json.dumps(recorded))
+        answer = json.loads(result.stdout)
+        return answer["problem"], answer["files"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError) as error:
+        return f"data: the check of {data_dir} as {user} did not answer ({error})", recorded
+
+
 def problems(config, state):
     """[problem], and the data record to keep."""
     found = []
-    data, record = check_data(config["data_dir"], state.get(config["data_dir"]))
+    data, record = data_as(config["user"], config["data_dir"], state.get(config["data_dir"]))
     found.append(data)
     found.append(check_fabric(config["interface"], config["address"],
                               output_or_none(["ip", "-j", "addr", "show", "dev", config["interface"]])))
@@ -210,6 +225,10 @@ def scontrol_update(node, **fields):
 def main(argv):
     # slurmd starts it with its own environment: the system's tools, found on root's own path.
     os.environ["PATH"] = SYSTEM_PATH
+    if argv[:1] == ["--data-check"]:
+        problem, files = check_data(argv[1], json.loads(sys.stdin.read() or "null"))
+        print(json.dumps({"problem": problem, "files": files}))
+        return 0
     with open(CONFIG) as handle:
         config = json.load(handle)
     node = config["node"]

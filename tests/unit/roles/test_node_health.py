@@ -2,9 +2,12 @@
 files and real command output, and when it drains and resumes a node."""
 
 import json
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -53,6 +56,29 @@ def test_data_passes_before_any_data_step_and_refuses_a_linked_manifest(tmp_path
     (tmp_path / "d" / "manifest.json").symlink_to(tmp_path / "secret")
     problem, _ = health.check_data(str(tmp_path / "d"), None)
     assert "cannot be read" in problem
+
+
+def test_the_data_check_runs_as_the_training_user_and_sees_what_that_user_sees(monkeypatch):
+    """data_as: this program again through runuser as `nobody`; a folder nobody may enter is named, never read
+    by root."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("runuser as another user needs root, and the system's Python")
+    # On a node the program runs under /usr/bin/python3 (its #! line); this venv's may be under root's home.
+    monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
+    top = pathlib.Path(tempfile.mkdtemp(prefix="node-health-"))
+    try:
+        top.chmod(0o755)
+        lay_out(top / "open", {"shard-00000.ctf": 10})
+        (top / "open").chmod(0o755)
+        for path in (top / "open").iterdir():
+            path.chmod(0o644)
+        assert health.data_as("nobody", str(top / "open"), None) == (None, {"shard-00000.ctf": 10})
+        lay_out(top / "closed", {"shard-00000.ctf": 10})
+        (top / "closed").chmod(0o700)
+        problem, _ = health.data_as("nobody", str(top / "closed"), {"shard-00000.ctf": 10})
+        assert problem.startswith("data: ") and "closed" in problem, problem
+    finally:
+        shutil.rmtree(top)
 
 
 def ip_json(flags=("BROADCAST", "UP", "LOWER_UP"), state="UP", addresses=("10.42.0.11",)):
@@ -110,6 +136,8 @@ def node(tmp_path, monkeypatch):
         raise AssertionError(argv)
 
     monkeypatch.setattr(health, "output_or_none", output_or_none)
+    # As root, without the training user's account (data_as itself: the test below).
+    monkeypatch.setattr(health, "data_as", lambda user, data_dir, recorded: health.check_data(data_dir, recorded))
     monkeypatch.setattr(health, "scontrol_update", lambda n, **fields: calls["updates"].append((n, fields)))
     return calls
 
