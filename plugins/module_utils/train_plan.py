@@ -5,6 +5,8 @@ continues an unfinished run's checkpoint, and which launcher starts it.
 The cntk.cluster.train_job_plan action reads the records and returns this;
 the train_job filters of the same names wrap it for the tests and the YAML."""
 
+import base64
+import binascii
 import hashlib
 import json
 
@@ -55,19 +57,47 @@ PART_WORDS = {"code": "code", "data": "data", "program": "program or arguments",
               "backend": "backend", "platform": "platform", "cluster": "cluster"}
 
 
-def _differing(record, parts):
+# Parts a run may differ in and still continue the latest run's checkpoint, when every rank reads the same
+# shard as before (rank_data): the ranks are on other nodes (a dead node replaced by a spare), nothing else.
+PLACEMENT_PARTS = ("data", "layout")
+
+
+def rank_data(manifests):
+    """sha256 over what each rank reads, wherever it lives: the rank count and every (rank, file, sha256) entry
+    of the nodes' manifests (train_job_plan's parts.data: each node's manifest.json, base64), the same for the
+    same shards on other nodes; "" when a manifest is missing or unreadable (nothing to compare)."""
+    entries, ranks = set(), set()
+    for content in manifests:
+        try:
+            manifest = json.loads(base64.b64decode(content, validate=True))
+            ranks.add(int(manifest["ranks"]))
+            for shard in manifest["shards"]:
+                entries.add((str(shard.get("rank", shard.get("ranks"))), shard["shard"], shard["sha256"]))
+        except (binascii.Error, ValueError, TypeError, KeyError, AttributeError):
+            return ""
+    if len(ranks) != 1 or not entries:
+        return ""
+    return hashlib.sha256(json.dumps([ranks.pop(), sorted(entries)]).encode()).hexdigest()
+
+
+def _differing_keys(record, parts):
     theirs = record.get("parts") if isinstance(record.get("parts"), dict) else {}
-    return [PART_WORDS.get(key, key) for key in sorted(parts) if theirs.get(key) != parts[key]]
+    return [key for key in sorted(parts) if theirs.get(key) != parts[key]]
+
+
+def _differing(record, parts):
+    return [PART_WORDS.get(key, key) for key in _differing_keys(record, parts)]
 
 
 def decide(spec):
     """Whether the job runs, whether it continues a run's checkpoint, and why, from the controller's records.
 
-    spec: name, force, resume, fresh, fingerprint, parts (train_job_part_digests), source, owner,
-    last_success and latest (the records, {} when none), report_exists (the last success's report is there).
-    A latest run without an exit code was interrupted (Ctrl-C, a lost controller): it is resumable like a
-    failed one, but only with the same fingerprint. A latest run of another code folder or owner under the
-    same name holds the checkpoint: refused unless fresh is asked for."""
+    spec: name, force, resume, fresh, fingerprint, parts (train_job_part_digests), rank_data (rank_data),
+    source, owner, last_success and latest (the records, {} when none), report_exists (the last success's
+    report is there). A latest run without an exit code was interrupted (Ctrl-C, a lost controller): it is
+    resumable like a failed one, with the same fingerprint, or with the ranks alone on other nodes (the same
+    rank_data: every rank reads the shard it read, so the checkpoint is still its own). A latest run of
+    another code folder or owner under the same name holds the checkpoint: refused unless fresh is asked for."""
     name, parts = spec["name"], spec["parts"]
     latest = spec.get("latest") or {}
     previous = spec.get("last_success") or {}
@@ -94,6 +124,11 @@ def decide(spec):
     elif latest.get("fingerprint") == spec["fingerprint"]:
         plan["resuming"] = True
         plan["why"] = f"{name} continues run {latest.get('run_id')}, which {how}, from its last checkpoint."
+    elif set(_differing_keys(latest, parts)) <= set(PLACEMENT_PARTS) and spec.get("rank_data") and \
+            latest.get("rank_data") == spec["rank_data"]:
+        plan["resuming"] = True
+        plan["why"] = (f"{name} continues run {latest.get('run_id')}, which {how}, from its last checkpoint: "
+                       "its ranks are on other nodes now, each reading the shard it read before.")
     else:
         plan["why"] = (f"{name} starts fresh: run {latest.get('run_id')} {how}, but its checkpoint is of other "
                        f"{', '.join(_differing(latest, parts)) or 'settings'} than this run's.")

@@ -2,6 +2,7 @@
 ad hoc on the controller): it reads the job's records itself and returns the
 run's id, fingerprint, digests, decision and launcher."""
 
+import base64
 import json
 import os
 import re
@@ -19,7 +20,7 @@ PARTS = {"backend": "numpy", "cluster": "c1", "env": {}, "secret_env": [], "layo
 
 
 def plan(tmp_path, **args):
-    spec = dict(name="digits", parts=PARTS, artifacts_dir=str(tmp_path), source="/src", owner="me", **args)
+    spec = dict(dict(name="digits", parts=PARTS, artifacts_dir=str(tmp_path), source="/src", owner="me"), **args)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_STRATEGY="linear", ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_LOCAL_TEMP=str(tmp_path / ".tmp"))
     run = subprocess.run([str(Path(sys.executable).with_name("ansible")), "localhost", "-i", "localhost,",
@@ -90,3 +91,52 @@ def test_a_scheduler_without_a_launcher_is_refused(platform, scheduler, message)
 def test_an_unknown_platform_is_refused(tmp_path):
     with pytest.raises(ValueError, match="platform must be one of Linux, Windows"):
         train_plan.launcher("Plan9")
+
+
+def node_manifest(ranks, total=4):
+    shards = [{"shard": f"shard-{r:05d}.ctf", "rank": r, "bytes": 10, "sha256": f"{r:064x}"} for r in ranks]
+    return base64.b64encode(json.dumps({"name": "digits", "layout": "shard", "ranks": total,
+                                        "shards": shards}).encode()).decode()
+
+
+# node4 dead: its two ranks on a spare, node5; the same shards each rank read.
+ON_NODE4 = dict(PARTS, layout=[["node1", 2], ["node4", 2]], data=[node_manifest([0, 1]), node_manifest([2, 3])])
+ON_NODE5 = dict(PARTS, layout=[["node1", 2], ["node5", 2]], data=[node_manifest([0, 1]), node_manifest([2, 3])])
+
+
+def failed_run(tmp_path, parts):
+    write(tmp_path / "latest" / "job.json", {
+        "run_id": "R3", "rc": 1, "fingerprint": train_plan.fingerprint(parts), "source": "/src", "owner": "me",
+        "parts": train_plan.part_digests(parts), "rank_data": train_plan.rank_data(parts["data"])})
+
+
+def test_a_failed_run_continues_with_its_ranks_on_a_spare_node(tmp_path):
+    failed_run(tmp_path, ON_NODE4)
+    result = plan(tmp_path, parts=ON_NODE5)
+    assert not result["failed"], result
+    assert result["fingerprint"] != train_plan.fingerprint(ON_NODE4)
+    assert result["resuming"] and "continues run R3, which failed (rc 1)" in result["why"]
+    assert "its ranks are on other nodes now" in result["why"]
+    assert result["rank_data"] == train_plan.rank_data(ON_NODE4["data"]) != ""
+
+
+@pytest.mark.parametrize("change, word", [
+    # Other ranks read other shards: the checkpoint's reader positions are not theirs.
+    ({"data": [node_manifest([0, 1, 2], total=6), node_manifest([3, 4, 5], total=6)],
+      "layout": [["node1", 3], ["node5", 3]]}, "data, placement"),
+    # The same shards, but other code: not a placement change alone.
+    ({"code": "def"}, "code, placement"),
+])
+def test_a_failed_run_starts_fresh_when_more_than_the_placement_changed(tmp_path, change, word):
+    failed_run(tmp_path, ON_NODE4)
+    result = plan(tmp_path, parts=dict(ON_NODE5, **change))
+    assert not result["resuming"] and f"its checkpoint is of other {word} than this run's" in result["why"]
+
+
+def test_a_record_without_rank_data_or_a_missing_manifest_is_not_taken_for_the_same_shards(tmp_path):
+    failed_run(tmp_path, ON_NODE4)
+    record = json.loads((tmp_path / "latest" / "job.json").read_text())
+    write(tmp_path / "latest" / "job.json", {k: v for k, v in record.items() if k != "rank_data"})
+    assert not plan(tmp_path, parts=ON_NODE5)["resuming"], "an older record has no rank_data"
+    assert train_plan.rank_data([node_manifest([0, 1]), ""]) == ""
+    assert train_plan.rank_data(["m1"]) == ""
