@@ -11,6 +11,8 @@ NETWORK ?= netns
 SCHEDULER ?= none
 # true (with SCHEDULER=slurm): Slurm's job accounting, slurmdbd and MariaDB on node1.
 ACCOUNTING ?= false
+# none, or glusterfs: a replicated GlusterFS volume on the nodes, mounted at cluster_shared_dir on each (docs/storage.md).
+STORAGE ?= none
 VENV := .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -32,7 +34,7 @@ $(VENV)/.installed: requirements.txt training/requirements.txt
 	touch $@
 
 up: venv
-	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK) --scheduler $(SCHEDULER) $(if $(filter true,$(ACCOUNTING)),--accounting)
+	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK) --scheduler $(SCHEDULER) --storage $(STORAGE) $(if $(filter true,$(ACCOUNTING)),--accounting)
 
 down: venv
 	$(PY) -m local_cluster down

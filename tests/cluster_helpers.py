@@ -181,3 +181,15 @@ def check_wrong_mpi_interface_refused(inventory, tmp_path):
             "(cluster_mpi_interface, ") in out
     assert "it is on fab0" in out
     assert "PLAY [Provision" not in result.stdout
+
+
+def turn_on(*flags):
+    """`python -m local_cluster up` of the real-CNTK cluster with more settings (--scheduler, --storage...) and
+    site.yml on it: the same nodes (none remade), the new settings provisioned. {'site': its output, 'seconds'}."""
+    up = subprocess.run(LOCAL_CLUSTER + ["up", f"--name={CNTK_CLUSTER}", "--nodes=4", "--backend=cntk",
+                                         "--network=netns", *flags], capture_output=True, text=True)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "removed" not in up.stdout, f"the nodes were remade: {up.stdout}"
+    started = time.monotonic()
+    site = ansible_playbook(CNTK_INVENTORY, "site.yml")
+    return {"site": site.stdout, "seconds": time.monotonic() - started}

@@ -23,7 +23,6 @@ from cluster_helpers import (CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_
                              start_playbook)
 
 ROOT = cluster_helpers.ROOT
-TOOL = cluster_helpers.LOCAL_CLUSTER
 USER = "cntk"
 # Short real-CNTK runs: softmax on digits, 8 ranks.
 QUICK = {"model": "softmax", "epochs": 6, "minibatch": 64, "lr": 0.5, "seed": 1, "progress-every": 5}
@@ -69,13 +68,7 @@ def daemon_starts():
 
 @pytest.fixture(scope="module")
 def slurm(cntk_cluster):
-    up = subprocess.run(TOOL + ["up", f"--name={CNTK_CLUSTER}", "--nodes=4", "--backend=cntk", "--network=netns",
-                                "--scheduler=slurm", "--accounting"], capture_output=True, text=True)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert "removed" not in up.stdout, f"the nodes were remade: {up.stdout}"
-    started = time.monotonic()
-    site = ansible_playbook("site.yml")
-    return {"site": site.stdout, "seconds": time.monotonic() - started}
+    return cluster_helpers.turn_on("--scheduler=slurm", "--accounting")
 
 
 def test_sinfo_lists_every_node_idle_with_its_real_cpus(slurm):

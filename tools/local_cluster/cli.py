@@ -6,7 +6,7 @@ import sys
 
 import local_cluster
 from local_cluster import ClusterError
-from local_cluster.cluster import Cluster
+from local_cluster.cluster import STORAGES, Cluster
 from local_cluster.image import NODE_SUITE, NODE_SUITES
 from local_cluster.layout import FIRST_ADDRESS, NETWORKS
 
@@ -32,6 +32,10 @@ def main(argv=None):
     up_parser.add_argument("--accounting", action="store_true", default=os.environ.get("ACCOUNTING") == "true",
                            help="with --scheduler slurm: job accounting, slurmdbd and MariaDB on node1 "
                                 "(slurm_accounting in the inventory)")
+    up_parser.add_argument("--storage", choices=STORAGES, default=os.environ.get("STORAGE") or "none",
+                           help="none: no shared filesystem (default); glusterfs: a replicated GlusterFS volume "
+                                "over the fabric NICs, mounted on every node (cluster_shared_storage; --network "
+                                "netns)")
     sub.add_parser("down", help="remove every node; stop the engine if this tool started it")
     sub.add_parser("status", help="list the nodes")
     for verb, text in (("rebuild", "reinstall a node: new disk, new host keys (known_hosts left as it is)"),
@@ -47,7 +51,7 @@ def main(argv=None):
         cluster = Cluster(args.name, getattr(args, "first_address", FIRST_ADDRESS))
         if args.command == "up":
             cluster.up(args.nodes, args.ssh_port, args.backend, args.suite, args.network, args.scheduler,
-                       args.accounting)
+                       args.accounting, args.storage)
         elif args.command == "down":
             cluster.down()
         elif args.command == "rebuild":

@@ -17,6 +17,9 @@ from local_cluster.layout import FABRIC_IFACE, FIRST_ADDRESS, MGMT_IFACE, NETWOR
 from local_cluster.netns import ensure_bridges, netns_host_networks, plumb, remove_netns_links
 from local_cluster.node import NODE_HOSTS, holder_name, holder_run_argv, node_run_argv
 
+# The shared filesystems a local cluster can have: this kernel has no NFS client or server (docs/storage.md).
+STORAGES = ("none", "glusterfs")
+
 
 class Cluster:
     """One local cluster: its containers, state directory and inventory."""
@@ -58,6 +61,7 @@ class Cluster:
                 "shared": labels.get(f"{LABEL}.shared", ""),
                 "network": labels.get(f"{LABEL}.network", "loopback"),
                 "fabric": labels.get(f"{LABEL}.fabric", ""),
+                "fuse": labels.get(f"{LABEL}.fuse") == "yes",
                 "pid": info["State"].get("Pid", 0),
             }
         return found
@@ -90,7 +94,7 @@ class Cluster:
     # ------------------------------------------------------------------ verbs
 
     def up(self, count, port, backend="auto", suite=NODE_SUITE, network="loopback", scheduler="none",
-           accounting=False):
+           accounting=False, storage="none"):
         if network not in NETWORKS:
             raise ClusterError(f"--network {network!r}: choose {' or '.join(NETWORKS)}")
         netns = network == "netns"
@@ -105,7 +109,18 @@ class Cluster:
         backend_vars, backend_line = backend_settings(backend, python_prefix=pyenv_python())
         if accounting and scheduler != "slurm":
             raise ClusterError("--accounting is Slurm's job accounting: add --scheduler slurm")
-        backend_vars = dict(backend_vars, cluster_scheduler=scheduler, slurm_accounting=accounting)
+        if storage not in STORAGES:
+            raise ClusterError(f"--storage {storage!r}: choose {', '.join(STORAGES)}")
+        # The nodes get FUSE whenever this machine has it: a node made without it is made again only for storage.
+        fuse = Path("/dev/fuse").exists()
+        if storage == "glusterfs" and not fuse:
+            raise ClusterError("--storage glusterfs mounts through FUSE and this machine has no /dev/fuse: "
+                               "modprobe fuse, or leave --storage none")
+        if storage == "glusterfs" and not netns:
+            raise ClusterError("--storage glusterfs needs --network netns: every glusterd listens on port 24007, "
+                               "and loopback nodes share this machine's network stack")
+        backend_vars = dict(backend_vars, cluster_scheduler=scheduler, slurm_accounting=accounting,
+                            cluster_shared_storage=storage)
         ensure_controller_tools()
         ensure_engine()
         ref = ensure_image(suite)
@@ -118,7 +133,8 @@ class Cluster:
             node = wanted.get(name)
             if (node is None or info["image"] != ref or info["address"] != node["address"]
                     or info["port"] != str(port) or info["shared"] != str(self.shared_dir)
-                    or info["network"] != network or info["fabric"] != node.get("fabric", "")):
+                    or info["network"] != network or info["fabric"] != node.get("fabric", "")
+                    or (storage != "none" and not info["fuse"])):
                 run(["docker", "rm", "-f", "-v", name])
                 changes.append(f"removed {name}")
         existing = self.containers()
@@ -207,7 +223,8 @@ class Cluster:
         hosts_file = self.state_dir / "hosts" / node["name"]
         hosts_file.parent.mkdir(parents=True, exist_ok=True)
         hosts_file.write_text(NODE_HOSTS)
-        run(node_run_argv(name, node, port, ref, self.label, self.shared_dir, hosts_file))
+        run(node_run_argv(name, node, port, ref, self.label, self.shared_dir, hosts_file,
+                          fuse=Path("/dev/fuse").exists()))
 
     def admit_controller(self, name, key):
         """The controller's key for root, as an OS installer would leave it."""

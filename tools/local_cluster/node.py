@@ -41,10 +41,13 @@ def holder_run_argv(container, node, ref, cluster_label):
             ref, "sleep", "infinity"]
 
 
-def node_run_argv(container, node, port, ref, cluster_label, shared_dir, hosts_file):
+def node_run_argv(container, node, port, ref, cluster_label, shared_dir, hosts_file, fuse=False):
     """`docker run` of one node: systemd as PID 1 (the image's CMD), on the host's network stack, or, for a
-    node with a 'fabric' address (the netns layout), in its holder's namespace."""
+    node with a 'fabric' address (the netns layout), in its holder's namespace. fuse: the host's /dev/fuse
+    (GlusterFS's client mounts through it; a container may not mknod its own)."""
     argv = ["docker", "run", "-d", "--name", container, *SYSTEMD_RUN_OPTIONS]
+    if fuse:
+        argv += ["--device", "/dev/fuse", "--label", f"{LABEL}.fuse=yes"]
     if "fabric" in node:
         # The hostname comes with the holder's namespaces (Docker refuses --hostname here).
         argv += ["--network", f"container:{holder_name(container)}"]

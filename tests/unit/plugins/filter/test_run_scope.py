@@ -28,13 +28,13 @@ def test_a_mistyped_tag_is_named_with_the_steps_tags():
     found = problems(["trian"])
     assert len(found) == 1
     assert found[0].startswith("--tags trian: no play of this project has that tag")
-    assert "provision, base, openmpi, nvidia, runtime, ssh, scheduler, data, train" in found[0]
+    assert "provision, base, openmpi, nvidia, runtime, ssh, storage, scheduler, data, train" in found[0]
     # Skipping a tag no play has skips nothing: harmless, and what molecule passes.
     assert problems(skip_tags=["molecule-notest", "notest"]) == []
 
 
 def test_tags_that_leave_no_step_are_refused_but_a_check_only_run_is_not():
-    found = problems(skip_tags=["provision", "ssh", "scheduler", "data", "train"])
+    found = problems(skip_tags=["provision", "ssh", "storage", "scheduler", "data", "train"])
     assert len(found) == 1 and "leave no step to run" in found[0] and "--tags preflight" in found[0]
     assert problems(["preflight"], skip_tags=["provision", "ssh", "data", "train"]) == []
     assert problems(["ssh"], skip_tags=["ssh"])[0].startswith("--tags ssh --skip-tags ssh leave no step")
@@ -45,6 +45,7 @@ def test_a_limit_may_cut_provisioning_but_not_the_steps_that_span_the_cluster():
     found = problems(play_hosts=["node3"])
     assert [p.split(" step ")[0] for p in found] == [
         "--limit leaves out node1, node2, node4, head, but the ssh",
+        "--limit leaves out node1, node2, node4, head, but the storage",
         "--limit leaves out node1, node2, node4, head, but the scheduler",
         "--limit leaves out node1, node2, node4, but the data",
         "--limit leaves out node1, node2, node4, but the train",

@@ -40,3 +40,14 @@ def test_a_netns_node_joins_its_holders_namespace(tmp_path):
     assert option(argv, "--hostname") == []  # Docker refuses it with a joined namespace; the holder's is used
     assert {"NODE_FABRIC_ADDRESS=10.147.1.2", "NODE_APT_PROXY=http://10.147.0.254:3142"} <= set(option(argv, "-e"))
     assert {"io.cntk-cluster.network=netns", "io.cntk-cluster.fabric=10.147.1.2"} <= set(option(argv, "--label"))
+
+
+def test_a_node_gets_the_hosts_fuse_device_only_when_asked_and_says_so(tmp_path):
+    node = {"name": "node3", "address": "10.147.0.3", "fabric": "10.147.1.3"}
+    plain = node_run_argv("cntk-x-node3", node, 22, "img:tag", "io.cntk-cluster=x", tmp_path, tmp_path / "h")
+    assert "--device" not in plain and "io.cntk-cluster.fuse=yes" not in option(plain, "--label")
+    fused = node_run_argv("cntk-x-node3", node, 22, "img:tag", "io.cntk-cluster=x", tmp_path, tmp_path / "h",
+                          fuse=True)
+    # GlusterFS's client mounts through /dev/fuse; a container may not mknod it, and --privileged is refused here.
+    assert option(fused, "--device") == ["/dev/fuse"] and "--privileged" not in fused
+    assert "io.cntk-cluster.fuse=yes" in option(fused, "--label")

@@ -1,0 +1,152 @@
+"""The project's shared filesystem on the real-CNTK cluster (`cntkreal`, tests/e2e/conftest.py), after
+test_slurm.py: `python -m local_cluster up --storage glusterfs` writes `cluster_shared_storage: glusterfs` into
+the inventory (the nodes already have this machine's /dev/fuse), and site.yml makes a replicated GlusterFS volume
+across the 4 systemd nodes over their fabric NICs, mounted at /cluster on each. The data, the job's code and its
+checkpoints then live there, and Slurm's jobs use them.
+
+Nodes are read through `docker exec` (the harness's channel); the playbooks connect over SSH, host keys checked.
+"""
+
+import json
+import shlex
+import subprocess
+import time
+
+import pytest
+
+import cluster_helpers
+from cluster_helpers import CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, node_shell, recap
+
+USER = "cntk"
+MOUNT = "/cluster"
+BRICK = "/srv/cntk/brick/cntk"
+QUICK = {"model": "softmax", "epochs": 6, "minibatch": 64, "lr": 0.5, "seed": 1, "progress-every": 5}
+
+
+def ansible_playbook(playbook, *extra, **options):
+    return cluster_helpers.ansible_playbook(CNTK_INVENTORY, playbook, *extra, **options)
+
+
+def on_node(node, command, timeout=60):
+    result = node_shell(CNTK_CLUSTER, node, command, timeout=timeout)
+    assert result.returncode == 0, (node, command, result.stdout, result.stderr)
+    return result.stdout
+
+
+def as_user(node, command):
+    return on_node(node, f"runuser -u {USER} -- sh -c {shlex.quote(command)}")
+
+
+def latest(job, name):
+    return json.loads((CNTK_ARTIFACTS / job / "latest" / name).read_text())
+
+
+def mounted(node):
+    """(fstype, source) of what is mounted at /cluster on the node, or None."""
+    found = node_shell(CNTK_CLUSTER, node, f"findmnt -n -o FSTYPE,SOURCE --mountpoint {MOUNT}", timeout=30)
+    return tuple(found.stdout.split()) if found.returncode == 0 and found.stdout.strip() else None
+
+
+def heal_pending():
+    """Entries the volume's self-heal has yet to copy, summed over the bricks."""
+    info = on_node("node1", "gluster volume heal cntk info summary")
+    counts = [line.split(":", 1)[1].strip() for line in info.splitlines()
+              if line.strip().startswith("Total Number of entries:")]
+    # A brick that is not back yet says "-".
+    return sum(int(count) if count.isdigit() else 1 for count in counts) if len(counts) == 4 else len(counts) or 1
+
+
+@pytest.fixture(scope="module")
+def storage(cntk_cluster):
+    return cluster_helpers.turn_on("--scheduler=slurm", "--accounting", "--storage=glusterfs")
+
+
+def test_a_replicated_volume_over_the_fabric_is_mounted_on_every_node_and_shared(storage):
+    info = on_node("node1", "gluster volume info cntk")
+    assert "Status: Started" in info and "Number of Bricks: 1 x 4 = 4" in info, info
+    # Bricks by name: the base role's /etc/hosts maps them to the fabric addresses (10.x.1.n, fab0).
+    for index, node in enumerate(CNTK_NODES, start=1):
+        assert f"Brick{index}: {node}:{BRICK}" in info, info
+    peers = on_node("node1", "gluster pool list")
+    assert peers.count("Connected") == 4, peers
+    fabric = {node: on_node("node1", f"getent hosts {node}").split()[0] for node in CNTK_NODES}
+    for node in CNTK_NODES:
+        assert on_node(node, "ip -o -4 addr show fab0").split()[3].split("/")[0] == fabric[node]
+        assert mounted(node) == ("fuse.glusterfs", "node1:/cntk"), node
+        assert "_netdev" in on_node(node, f"findmnt -n -s -o OPTIONS --mountpoint {MOUNT}")
+        assert on_node(node, f"stat -c '%U %a' {MOUNT}/data {MOUNT}/checkpoints").split() == [USER, "750"] * 2
+    as_user("node1", f"echo written-on-node1 > {MOUNT}/data/probe.txt")
+    assert as_user("node4", f"cat {MOUNT}/data/probe.txt").strip() == "written-on-node1"
+    # One copy on every brick (replica 4), on each node's own disk.
+    for node in CNTK_NODES:
+        assert on_node(node, f"cat {BRICK}/data/probe.txt").strip() == "written-on-node1"
+    as_user("node4", f"rm {MOUNT}/data/probe.txt")
+
+
+def test_bad_storage_input_is_refused_naming_the_value_before_any_change(storage):
+    before = on_node("node1", "gluster volume info cntk")
+    outsider = ansible_playbook("playbooks/storage.yml", "-e", '{"shared_storage_nodes": ["node1", "nas9"]}',
+                                check=False)
+    assert outsider.returncode != 0
+    assert "shared_storage_nodes names nas9, not in the inventory's `cluster` group" in outsider.stdout
+    # The same nodes in another order are other replica sets: the volume that exists is not rebuilt.
+    reordered = ansible_playbook("playbooks/storage.yml", "-e",
+                                 '{"shared_storage_nodes": ["node2", "node1", "node3", "node4"]}', check=False)
+    assert reordered.returncode != 0
+    assert (f"GlusterFS volume cntk exists on node2 with bricks node1:{BRICK} node2:{BRICK} node3:{BRICK} "
+            f"node4:{BRICK}, not node2:{BRICK} node1:{BRICK}") in " ".join(reordered.stdout.split())
+    on_disk = ansible_playbook("playbooks/storage.yml", "-e", "shared_storage_brick_own_filesystem=true",
+                               check=False)
+    assert on_disk.returncode != 0
+    assert "node1: shared_storage_brick_root=/srv/cntk/brick is on the root filesystem" in \
+        " ".join(on_disk.stdout.split())
+    assert on_node("node1", "gluster volume info cntk") == before
+    assert all(counts["changed"] == 0 for counts in recap(reordered.stdout).values())
+
+
+def test_the_data_travels_once_and_cntk_trains_with_data_code_and_checkpoints_on_the_volume(storage):
+    """The site run's data step sent every rank's shards to node1's mount only; a job through sbatch reads them,
+    runs its code from the volume and checkpoints there. While it runs, node4's brick process is killed (the
+    node and its ranks stay up: a storage node's death would also end its ranks, which issue 25's retries are
+    for): the job still finishes, and once the brick is started again the volume heals."""
+    manifest = json.loads(as_user("node3", f"cat {MOUNT}/data/digits/manifest.json"))
+    shards = sorted(entry["shard"] for entry in manifest["shards"] if entry["shard"] != "test.ctf")
+    assert shards == [f"shard-{rank:05d}.ctf" for rank in range(8)], shards
+    job = "digits-volume"
+    train = cluster_helpers.start_playbook(CNTK_INVENTORY, "playbooks/train.yml", "-e", f"train_job_name={job}",
+                                           "-e", json.dumps({"train_job_args": dict(QUICK, epochs=12)}))
+    cluster_helpers.read_until(train, r"is Slurm job \d+", timeout=300)
+    on_node("node4", "pkill -KILL -x glusterfsd")
+    out, _ = train.communicate(timeout=900)
+    assert train.returncode == 0, out[-4000:]
+    record, summary = latest(job, "job.json"), latest(job, "summary.json")
+    assert record["rc"] == 0 and summary["test_accuracy"] >= 0.90 and summary["ranks"] == 8
+    assert record["job_env"]["JOB_CHECKPOINT_DIR"] == f"{MOUNT}/checkpoints/{job}", record["job_env"]
+    assert record["job_env"]["JOB_DATA_DIR"] == f"{MOUNT}/data/digits", record["job_env"]
+    # The code went once to the volume, root's: the job reads it and cannot change it.
+    assert on_node("node2", f"stat -c '%U %a' {MOUNT}/code/{job} {MOUNT}/code/{job}/train.py").split() == \
+        ["root", "755", "root", "644"]
+    assert as_user("node3", f"ls {MOUNT}/checkpoints/{job}").split(), "rank 0's checkpoints are on the volume"
+    # The brick comes back with its glusterd's `volume start force`; self-heal copies what it missed.
+    on_node("node1", "gluster --mode=script volume start cntk force")
+    deadline = time.monotonic() + 180
+    # The heal is refused until the restarted brick has joined; then self-heal copies what it missed.
+    while time.monotonic() < deadline:
+        healing = node_shell(CNTK_CLUSTER, "node1", "gluster --mode=script volume heal cntk", timeout=60)
+        if healing.returncode == 0 and not heal_pending():
+            break
+        time.sleep(3)
+    assert heal_pending() == 0
+    assert on_node("node4", f"ls {BRICK}/checkpoints/{job}").split() == \
+        on_node("node1", f"ls {BRICK}/checkpoints/{job}").split()
+
+
+def test_a_rebooted_node_mounts_the_volume_again_and_a_second_site_run_changes_nothing(storage):
+    subprocess.run(["docker", "restart", f"cntk-{CNTK_CLUSTER}-node3"], check=True, capture_output=True)
+    deadline = time.monotonic() + 180
+    while mounted("node3") is None and time.monotonic() < deadline:
+        time.sleep(2)
+    assert mounted("node3") == ("fuse.glusterfs", "node1:/cntk")
+    assert on_node("node3", "systemctl is-active glusterd").strip() == "active"
+    result = ansible_playbook("site.yml")
+    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), recap(result.stdout)
