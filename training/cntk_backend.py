@@ -182,10 +182,11 @@ def _train(C, args, communicator_out):
     resumed = decision == "restore"
     if resumed:
         step, sweeps, local_samples = cntk_checkpoint.restore(trainer, source, checkpoint, workers)
-        if is_main:
-            logger.info("resumed from %s at step %d", checkpoint, step)
+        # On every rank: each rank's log shows where it continued from.
+        logger.info("resumed from %s at step %d", checkpoint, step)
     elif args.resume and is_main:
         logger.info("no checkpoint at %s on any rank, starting fresh", checkpoint)
+    resumed_at_step = step
 
     # Where every rank stands: the global sample count, and for block
     # momentum the last step at which every rank still has data (below).
@@ -318,6 +319,7 @@ def _train(C, args, communicator_out):
         "wall_seconds": round(time.time() - start_time, 3),
         "test_samples": test_samples,
         "resumed": resumed,
+        "resumed_at_step": resumed_at_step,
         "seed": args.seed,
     })
     common.write_json_atomic(os.path.join(output_dir, common.SUMMARY_FILE), summary)

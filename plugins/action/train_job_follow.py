@@ -93,8 +93,8 @@ def probe_script(run_dir):
 
 
 def slurm_probe(job_id):
-    """squeue's state and reason of the job, after SLURM_SEPARATOR (nothing once it left the queue)."""
-    return (f"; echo {SLURM_SEPARATOR}; squeue --noheader --jobs={job_id} --format='%T|%r' 2>/dev/null; true")
+    """squeue's state, reason and nodes of the job, after SLURM_SEPARATOR (nothing once it left the queue)."""
+    return (f"; echo {SLURM_SEPARATOR}; squeue --noheader --jobs={job_id} --format='%T|%r|%N' 2>/dev/null; true")
 
 
 class Interrupted(BaseException):
@@ -117,7 +117,7 @@ def _interrupt(signum, frame):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user", "heartbeat_timeout",
-                             "slurm_job"))
+                             "slurm_job", "retries"))
 
     def _remote(self, command):
         result = self._low_level_execute_command(command, sudoable=True)
@@ -161,6 +161,8 @@ class ActionModule(ActionBase):
         if slurm_id:
             probe += slurm_probe(slurm_id)
         queued, gone, slurm_end = None, 0, None
+        # (state, nodes, rank 0's last step) at each poll: the attempts of a job Slurm requeued.
+        history, running = [], False
         # run.sh stops the job once its heartbeat is this old: the follower gives up as late, not sooner.
         heartbeat = int(args.get("heartbeat_timeout", 0))
         started = time.monotonic()
@@ -189,7 +191,15 @@ class ActionModule(ActionBase):
                     continue
                 if slurm_id:
                     metrics, _, queue = metrics.partition(SLURM_SEPARATOR)
-                    state, _, why = queue.strip().partition("\n")[0].partition("|")
+                    state, _, rest = queue.strip().partition("\n")[0].partition("|")
+                    why, _, nodelist = rest.partition("|")
+                    if state == "RUNNING":
+                        running = True
+                    elif running and state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+                        # Back in the queue after it ran (the polls between may not see it): Slurm requeued it.
+                        running = False
+                        display.display(f"{name}: Slurm requeued job {slurm_id} ({why or state}): it starts again "
+                                        "on the nodes left and continues from its last checkpoint")
                     if state == "PENDING":
                         # Its time starts when Slurm starts it.
                         deadline = time.monotonic() + int(args.get("timeout", 7200)) + DEADLINE_GRACE_S
@@ -208,10 +218,17 @@ class ActionModule(ActionBase):
                 if record is not None:
                     last_line, last_record = line, record
                     display.display(progress_line(name, record))
+                if slurm_id:
+                    step = job_files.number(record.get("step")) if record is not None else None
+                    history.append((state, nodelist, None if step is None else int(step)))
                 rc = job_files.parse_exit_code(exit_text)
                 if rc is None and gone >= GONE_POLLS:
-                    rc, slurm_end = slurm_job.ended(slurm_job.show_job(
-                        self._as_user(user, f"scontrol show job --oneliner {slurm_id} 2>&1")))
+                    fields = slurm_job.show_job(self._as_user(user, f"scontrol show job --oneliner {slurm_id} 2>&1"))
+                    # Between a node's failure and its requeue the job may be out of squeue's view a moment.
+                    if fields.get("JobState") in slurm_job.ACTIVE_STATES:
+                        gone = 0
+                    else:
+                        rc, slurm_end = slurm_job.ended(fields)
                 if rc is None:
                     time.sleep(poll)
         except (Interrupted, KeyboardInterrupt):
@@ -231,6 +248,11 @@ class ActionModule(ActionBase):
 
         if slurm_id:
             result["slurm_job"] = int(slurm_id)
+            attempts = slurm_job.attempts(history)
+            if len(attempts) > 1:
+                # job.json's record of each attempt; collect.yml leaves the failed nodes alone.
+                result["attempts"] = attempts
+                result["lost_nodes"] = sorted({node for attempt in attempts for node in attempt.get("lost", [])})
         if gave_up:
             result.update({job_files.JOB_RC: 255}, seconds=round(time.monotonic() - started, 1),
                           last_progress=last_record, reason=gave_up, changed=False, failed=False)

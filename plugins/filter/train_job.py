@@ -71,10 +71,18 @@ def train_job_command(spec):
     failed rank ends at once), program (the entry script's path on the
     nodes), args (train_job_program_args' list), and mpirun (default "mpirun"). With `allocation` true (a
     Slurm job), no hostfile and no rank count: mpirun takes the nodes and slots of the allocation it runs in.
+    With `requeue` (a Slurm job that may be requeued onto fewer nodes), the layout's rank count over whatever
+    nodes it gets, mapped by run.sh (slurm_job.requeue_mapping), more than a node's slots where it must: a
+    checkpoint restores only into as many ranks as wrote it.
     """
     ranks = sum(entry["slots"] for entry in spec["layout"])
-    placement = [] if spec.get("allocation") else ["--hostfile", job_files.HOSTFILE, "-np", str(ranks)]
-    argv = [spec.get("mpirun") or "mpirun"] + placement + ["--map-by", "slot", "--bind-to", "none",
+    if spec.get("requeue"):
+        placement = ["-np", str(ranks), "--oversubscribe"]
+    elif spec.get("allocation"):
+        placement = ["--map-by", "slot"]
+    else:
+        placement = ["--hostfile", job_files.HOSTFILE, "-np", str(ranks), "--map-by", "slot"]
+    argv = [spec.get("mpirun") or "mpirun"] + placement + ["--bind-to", "none",
             "--mca", "btl_tcp_if_include", spec["interface"], "--mca", "oob_tcp_if_include", spec["interface"]]
     for name, value in sorted(spec.get("mca", {}).items()):
         argv += ["--mca", str(name), str(value)]
@@ -212,7 +220,7 @@ def train_job_input_problems(spec):
             problems.append(f"train_job_source={source} holds set-user-ID, set-group-ID or sticky files: "
                             f"{', '.join(special[:5])}{' ...' if len(special) > 5 else ''}; root installs the "
                             "code on every node and keeps no such bit: clear them (chmod ug-s,-t FILE)")
-    problems += _limit_problems(spec)
+    problems += _limit_problems(spec) + _retry_problems(spec)
     args = spec.get("args")
     if not isinstance(args, Mapping) and not (isinstance(args, (list, tuple))
                                               and all(isinstance(arg, str) for arg in args)):
@@ -221,6 +229,42 @@ def train_job_input_problems(spec):
                         "are (quote numbers: ['--epochs', '10']), or a mapping of train.py's options")
     return problems
 
+
+
+def _retry_problems(spec):
+    """train_job_max_retries: a whole number below the node count, with Slurm to requeue the job, and the data
+    and checkpoints where the nodes left can read the failed node's part.
+
+    `spec` keys: max_retries, scheduler, nodes (how many), data_shared (every node reads every rank's shards:
+    shared storage, the data step's shared folder, or the replicate layout), checkpoint_shared."""
+    if "max_retries" not in spec:
+        return []
+    retries = spec["max_retries"]
+    if not _whole(retries) or int(retries) < 0:
+        return [f"train_job_max_retries={retries!r}: give a whole number of at least 0: how many times Slurm "
+                "requeues the job after a node fails (0: never)"]
+    retries, nodes = int(retries), int(spec.get("nodes") or 1)
+    if retries == 0:
+        return []
+    problems = []
+    if spec.get("scheduler") != "slurm":
+        problems.append(f"train_job_max_retries={retries} needs cluster_scheduler: slurm (Slurm requeues the job "
+                        f"after a node's failure; cluster_scheduler is {spec.get('scheduler')}): turn Slurm on, "
+                        "or set train_job_max_retries: 0")
+    if retries >= nodes:
+        problems.append(f"train_job_max_retries={retries} would leave no node of the {nodes} training nodes: "
+                        f"give at most {nodes - 1}")
+    if not spec.get("data_shared"):
+        problems.append(f"train_job_max_retries={retries}: each node holds only its own ranks' shards, so the "
+                        "nodes left after a failure could not read the failed node's: put the data on storage "
+                        "every node mounts (cluster_shared_storage: glusterfs, or cluster_dataset_shared_dir), "
+                        "or use dataset_layout: replicate")
+    if not spec.get("checkpoint_shared"):
+        problems.append(f"train_job_max_retries={retries}: the checkpoints are on each node's own disk, so the "
+                        "ranks that move to another node could not restore theirs: set "
+                        "train_job_shared_checkpoint_root to a folder every node mounts (cluster_shared_storage "
+                        "gives one)")
+    return problems
 
 def train_job_fingerprint(parts):
     """sha256 over what decides a run's result (plugins/module_utils/train_plan.py)."""

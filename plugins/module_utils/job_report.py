@@ -75,7 +75,7 @@ SUMMARY_KEYS_SHOWN = {
 JOB_KEYS_SHOWN = {
     job_files.JOB_NAME, job_files.JOB_RUN_ID, job_files.JOB_COMMAND, job_files.JOB_HOSTFILE,
     job_files.JOB_FINGERPRINT, job_files.JOB_RC, job_files.JOB_FAILED_RANK, job_files.JOB_FAILED_HOST,
-    job_files.JOB_STAND_INS,
+    job_files.JOB_STAND_INS, "attempts", "lost_nodes",
 }
 
 
@@ -316,6 +316,27 @@ def log_rows(job, logs):
     return rows
 
 
+
+def attempt_rows(job_doc, summary):
+    """One row per attempt of a job Slurm requeued after a node's failure (job.json's attempts, from the
+    follower): its nodes, those it lost, rank 0's last step seen, and for the one before the last attempt the
+    steps the last one did again (its last step less the checkpoint's, summary.json's resumed_at_step)."""
+    attempts = job_doc.get("attempts") if isinstance(job_doc, dict) else None
+    if not isinstance(attempts, list) or len(attempts) < 2:
+        return []
+    resumed_at = job_files.number((summary or {}).get("resumed_at_step"))
+    rows = []
+    for index, attempt in enumerate(attempts):
+        attempt = attempt if isinstance(attempt, dict) else {}
+        last = job_files.number(attempt.get("last_step"))
+        redone = None
+        if index == len(attempts) - 2 and last is not None and resumed_at is not None:
+            redone = max(0, int(last - resumed_at))
+        rows.append({"number": index + 1, "nodes": " ".join(map(str, attempt.get("nodes") or [])) or or_dash(None),
+                     "lost": " ".join(map(str, attempt.get("lost") or [])) or or_dash(None),
+                     "last_step": or_dash(None if last is None else int(last)), "redone": or_dash(redone)})
+    return rows
+
 def page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
                  metrics_problem, plot_problem):
     """Everything report.html.j2 shows, computed, in the page's order; the
@@ -353,6 +374,7 @@ def page_context(run_dir, job_doc, job_problem, summary, summary_problem, record
                                  job_problem),
         "summary_problem": summary_problem, "summary_rows": rows, "summary_more": more,
         "job": job_table,
+        "attempts": attempt_rows(job_doc, summary),
         "failed_log": failed_rank_log(run_dir, job, logs),
         "plot": plot,
         "progress": progress_table(records) if records else None, "metrics_problem": metrics_problem,

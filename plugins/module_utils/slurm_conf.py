@@ -41,6 +41,22 @@ def hostlist(names):
     return ",".join(sorted(parts))
 
 
+
+def hostnames(text):
+    """The node names a Slurm hostlist stands for, in its order: 'node[1-3,7],gpu01' -> node1 node2 node3
+    node7 gpu01 (hostlist's inverse, as `scontrol show hostnames` prints them)."""
+    names = []
+    for match in re.finditer(r"([^,\[\]]+)(?:\[([^\]]*)\])?(?:,|$)", text.strip()):
+        prefix, ranges = match.group(1), match.group(2)
+        if ranges is None:
+            names.append(prefix)
+            continue
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            width = len(first) if first.startswith("0") and len(first) > 1 else 0
+            names += [prefix + str(number).zfill(width) for number in range(int(first), int(last or first) + 1)]
+    return names
+
 def hardware(report):
     """The node's hardware from `slurmd -C`'s first line ('NodeName=node1 CPUs=2 Boards=1 ... RealMemory=24000'),
     as {key: int} for HARDWARE_KEYS; a key it does not print is left out."""

@@ -3,6 +3,8 @@ scontrol say about it afterwards."""
 
 import re
 
+from ansible_collections.cntk.cluster.plugins.module_utils import slurm_conf
+
 # Where the project's jobs say what they are (sbatch --comment): stop.yml cancels these and nothing else.
 COMMENT_PREFIX = "cntk.cluster"
 # squeue's states of a job that has not ended yet.
@@ -22,18 +24,37 @@ def comment(name, run_id):
     return f"{COMMENT_PREFIX}:{name}:{run_id}"
 
 
-def sbatch_options(layout, name, run_id, run_dir, timeout, output, grace=120):
+def sbatch_options(layout, name, run_id, run_dir, timeout, output, grace=120, retries=0):
     """sbatch's options for the run: the layout's nodes (nodelist and count), its ranks per node, a time limit
     `grace` seconds past train_job_timeout (the job's own watchdog stops it first and says why), its name, its
     comment (the project's mark), its folder and output file; no environment from the submitting shell. Nodes
     with different slot counts get the most of them each: mpirun's hostfile then places the ranks
-    (uniform_slots)."""
+    (uniform_slots).
+
+    With `retries` (train_job_max_retries), Slurm may requeue the job after a node's failure: it asks for the
+    head node and between len(layout) - retries and len(layout) whole nodes, as many as are up (Slurm gives the
+    most of the range it can at once), so that a requeued job starts on the nodes left. No task count: Slurm
+    fixes a job's count when it first starts it (nodes x --ntasks-per-node), which fewer nodes could not hold;
+    run.sh places the ranks over the nodes it gets (requeue_mapping)."""
     hosts = [entry["host"] for entry in layout]
     slots = [int(entry["slots"]) for entry in layout]
-    options = [f"--job-name={name}", f"--comment={comment(name, run_id)}", f"--chdir={run_dir}",
-               f"--output={output}", f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}",
-               f"--time={time_limit(int(timeout) + grace)}", "--export=NONE", "--no-requeue", "--parsable"]
-    return options + [f"--ntasks-per-node={max(slots)}"]
+    if retries:
+        nodes = [f"--nodes={max(1, len(hosts) - int(retries))}-{len(hosts)}", f"--nodelist={hosts[0]}"]
+        # Every attempt's launcher output in the one file (Slurm truncates it at each start otherwise).
+        requeue, tasks = "--requeue", ["--exclusive", "--open-mode=append"]
+    else:
+        nodes = [f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}"]
+        requeue, tasks = "--no-requeue", [f"--ntasks-per-node={max(slots)}"]
+    return ([f"--job-name={name}", f"--comment={comment(name, run_id)}", f"--chdir={run_dir}", f"--output={output}"]
+            + nodes + [f"--time={time_limit(int(timeout) + grace)}", "--export=NONE", requeue, "--parsable"] + tasks)
+
+
+def requeue_mapping(ranks):
+    """run.sh's shell lines for a job Slurm may requeue: Open MPI's mapping policy (OMPI_MCA_rmaps_base_mapping_
+    policy, what --map-by sets) of `ranks` over the nodes of this attempt's allocation, as few a node as the
+    ranks allow (ppr:ceil(ranks / nodes):node): 8 ranks are 2 a node on 4 nodes, 3, 3 and 2 on 3."""
+    return (f'nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | wc -l)\n'
+            f'export OMPI_MCA_rmaps_base_mapping_policy="ppr:$(( ({int(ranks)} + nodes - 1) / nodes )):node"')
 
 
 def uniform_slots(layout):
@@ -62,6 +83,24 @@ def ended(fields):
     if reason not in ("None", ""):
         text += f" ({reason})"
     return rc, text
+
+
+def attempts(history):
+    """The job's attempts from what the follower saw of it, [(state, nodelist, last step)] one per poll: a new
+    attempt each time it runs again after a requeue. Each is {nodes, last_step}, and `lost` the nodes an attempt
+    had that the next one lost (the failed ones)."""
+    runs = []
+    previous = None
+    for state, nodelist, step in history:
+        if state == "RUNNING" and nodelist:
+            if previous != "RUNNING" or not runs or slurm_conf.hostnames(nodelist) != runs[-1]["nodes"]:
+                runs.append({"nodes": slurm_conf.hostnames(nodelist), "last_step": step})
+            elif step is not None:
+                runs[-1]["last_step"] = step
+        previous = state
+    for attempt, following in zip(runs, runs[1:]):
+        attempt["lost"] = [node for node in attempt["nodes"] if node not in following["nodes"]]
+    return runs
 
 
 def queue_lines(text, prefix=COMMENT_PREFIX):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import cluster_helpers
-from cluster_helpers import CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, node_shell, recap
+from cluster_helpers import CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, ROOT, node_shell, recap
 
 USER = "cntk"
 MOUNT = "/cluster"
@@ -33,8 +33,8 @@ def on_node(node, command, timeout=60):
     return result.stdout
 
 
-def as_user(node, command):
-    return on_node(node, f"runuser -u {USER} -- sh -c {shlex.quote(command)}")
+def as_user(node, command, timeout=60):
+    return on_node(node, f"runuser -u {USER} -- sh -c {shlex.quote(command)}", timeout=timeout)
 
 
 def latest(job, name):
@@ -55,6 +55,18 @@ def heal_pending():
     # A brick that is not back yet says "-".
     return sum(int(count) if count.isdigit() else 1 for count in counts) if len(counts) == 4 else len(counts) or 1
 
+
+
+def healed(seconds=180):
+    """Wait for the volume to have healed: the heal is refused until a restarted brick has joined; then
+    self-heal copies what it missed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        healing = node_shell(CNTK_CLUSTER, "node1", "gluster --mode=script volume heal cntk", timeout=60)
+        if healing.returncode == 0 and not heal_pending():
+            break
+        time.sleep(3)
+    assert heal_pending() == 0
 
 @pytest.fixture(scope="module")
 def storage(cntk_cluster):
@@ -129,17 +141,86 @@ def test_the_data_travels_once_and_cntk_trains_with_data_code_and_checkpoints_on
     assert as_user("node3", f"ls {MOUNT}/checkpoints/{job}").split(), "rank 0's checkpoints are on the volume"
     # The brick comes back with its glusterd's `volume start force`; self-heal copies what it missed.
     on_node("node1", "gluster --mode=script volume start cntk force")
-    deadline = time.monotonic() + 180
-    # The heal is refused until the restarted brick has joined; then self-heal copies what it missed.
-    while time.monotonic() < deadline:
-        healing = node_shell(CNTK_CLUSTER, "node1", "gluster --mode=script volume heal cntk", timeout=60)
-        if healing.returncode == 0 and not heal_pending():
-            break
-        time.sleep(3)
-    assert heal_pending() == 0
+    healed()
     assert on_node("node4", f"ls {BRICK}/checkpoints/{job}").split() == \
         on_node("node1", f"ls {BRICK}/checkpoints/{job}").split()
 
+
+def test_a_users_own_sbatch_from_the_template_reads_and_checkpoints_on_the_volume(storage):
+    """examples/slurm/train.sbatch submitted by hand on node1 takes its data and checkpoints from the volume
+    without being told: a second submission with JOB_RESUME=1 continues from the first one's checkpoint on
+    every rank, which per-node checkpoint folders cannot give (CNTK restores on each rank)."""
+    template = (ROOT / "examples" / "slurm" / "train.sbatch").read_text()
+    on_node("node1", f"cat > /home/{USER}/train.sbatch <<'TEMPLATE'\n{template}TEMPLATE\n"
+                     f"chown {USER}: /home/{USER}/train.sbatch")
+    job, code = "my-volume-job", f"{MOUNT}/code/digits-volume/train.py"
+    args = "--model softmax --minibatch 64 --lr 0.5 --seed 1"
+
+    def submit(epochs, resume=""):
+        submitted = as_user("node1", f"cd $HOME && TRAIN_SCRIPT={code} JOB_RESUME={resume} sbatch --wait "
+                                     f"--parsable --job-name={job} train.sbatch {args} --epochs {epochs}",
+                            timeout=600).strip()
+        job_id = submitted.split(";")[0]
+        assert job_id.isdigit(), submitted
+        out = as_user("node1", f"cat $HOME/{job}-{job_id}.out")
+        assert f"code {code}, data {MOUNT}/data/digits (shard), checkpoints {MOUNT}/checkpoints/{job}," in out, out
+        summary = json.loads(as_user("node1", f"cat $HOME/runs/{job}/{job_id}/output/summary.json"))
+        assert summary["ranks"] == 8 and summary["backend"] == "cntk", out[-3000:]
+        return job_id, summary
+
+    first, _ = submit(4)
+    assert as_user("node4", f"ls {MOUNT}/checkpoints/{job}").split(), "rank 0's checkpoints are on the volume"
+    second, summary = submit(6, resume="1")
+    assert summary["test_accuracy"] >= 0.80, summary
+    # node4's ranks read rank 0's checkpoint through the volume: their own node never held it.
+    for rank in (6, 7):
+        log = on_node("node4", f"cat /home/{USER}/runs/{job}/{second}/logs/1/rank.{rank}/stdout")
+        assert f"resumed from {MOUNT}/checkpoints/{job}/" in log, (rank, log[:1500])
+
+
+
+def node_state(node):
+    return as_user("node1", f"sinfo --noheader --Node --nodes={node} --format=%T").strip()
+
+
+def test_a_job_survives_a_nodes_power_off_slurm_requeues_it_on_the_nodes_left(storage):
+    """train_job_max_retries: 1. node4 is stopped (`docker stop`: its ranks, slurmd and brick gone at once)
+    while the job runs: Slurm marks it down and requeues the job, which runs its 8 ranks on node1-3 and
+    continues from rank 0's last checkpoint on the volume. The report names both attempts and node4, the work
+    done again is less than one checkpoint interval, and node4 comes back to the volume and to Slurm."""
+    job, every = "digits-retry", 20
+    train = cluster_helpers.start_playbook(
+        CNTK_INVENTORY, "playbooks/train.yml", "-e", f"train_job_name={job}", "-e", "train_job_max_retries=1",
+        "-e", json.dumps({"train_job_args": dict(QUICK, epochs=60, **{"checkpoint-every": every})}))
+    cluster_helpers.read_until(train, r"\| step ([1-9]\d{2,}) \|", timeout=600)
+    subprocess.run(["docker", "stop", f"cntk-{CNTK_CLUSTER}-node4"], check=True, capture_output=True)
+    try:
+        out, _ = train.communicate(timeout=900)
+        assert train.returncode == 0, out[-4000:]
+        assert "Slurm requeued job" in out, out[-4000:]
+        record, summary = latest(job, "job.json"), latest(job, "summary.json")
+        assert record["rc"] == 0 and record["lost_nodes"] == ["node4"], record
+        first, second = record["attempts"]
+        assert first["nodes"] == CNTK_NODES and second["nodes"] == ["node1", "node2", "node3"], record["attempts"]
+        assert summary["ranks"] == 8 and summary["resumed"] and summary["test_accuracy"] >= 0.90, summary
+        # No more than one checkpoint interval of work is done again.
+        assert first["last_step"] - every <= summary["resumed_at_step"] <= first["last_step"] + every, \
+            (first, summary["resumed_at_step"])
+        report = (CNTK_ARTIFACTS / job / "latest" / "report.html").read_text()
+        assert "<h2>Attempts</h2>" in report and "<td>node4</td>" in report
+        # Ranks 6 and 7 ran the second attempt on node1-3, their logs back from there.
+        logs = CNTK_ARTIFACTS / job / "latest" / "logs"
+        resumed = [path for path in logs.glob("node[123]/1/rank.[67]/stdout")
+                   if f"resumed from {MOUNT}/checkpoints/{job}/" in path.read_text()]
+        assert len(resumed) == 2, sorted(str(path) for path in logs.rglob("stdout"))
+        assert not (logs / "node4").exists() or not any((logs / "node4").rglob("stdout"))
+    finally:
+        subprocess.run(["docker", "start", f"cntk-{CNTK_CLUSTER}-node4"], check=True, capture_output=True)
+    deadline = time.monotonic() + 240
+    while (mounted("node4") is None or node_state("node4") != "idle") and time.monotonic() < deadline:
+        time.sleep(3)
+    assert mounted("node4") == ("fuse.glusterfs", "node1:/cntk") and node_state("node4") == "idle"
+    healed()
 
 def test_a_rebooted_node_mounts_the_volume_again_and_a_second_site_run_changes_nothing(storage):
     subprocess.run(["docker", "restart", f"cntk-{CNTK_CLUSTER}-node3"], check=True, capture_output=True)

@@ -81,3 +81,28 @@ def test_ctrl_c_cancels_the_job_with_scancel():
 def test_a_job_id_that_is_not_a_number_is_refused():
     with pytest.raises(follow.AnsibleError, match="not a Slurm job id"):
         Scripted([], slurm_job="41; rm -rf /").run()
+
+
+def test_a_job_requeued_after_a_nodes_failure_is_followed_through_its_attempts(quick):
+    """Slurm requeues the job after node4 fails: the follower says so, keeps following (a moment out of squeue's
+    view, scontrol still says PENDING), and returns each attempt's nodes and the node lost."""
+    follower = Scripted([answer(queue="RUNNING|None|node[1-4]", metrics='{"epoch": 1, "step": 40}'),
+                         answer(queue="RUNNING|None|node[1-4]", metrics='{"epoch": 2, "step": 60}'),
+                         answer(), answer(queue="PENDING|BeginTime|"), answer(), answer(),
+                         answer(queue="RUNNING|None|node[1-3]", metrics='{"epoch": 2, "step": 55}'),
+                         answer(exit_code="0", metrics='{"epoch": 3, "step": 90}', queue="COMPLETING|None|node[1-3]")],
+                        scontrol="JobId=41 JobState=PENDING Reason=BeginTime Restarts=1", retries="1")
+    result = follower.run()
+    assert result["rc"] == 0
+    assert result["lost_nodes"] == ["node4"]
+    assert [attempt["nodes"] for attempt in result["attempts"]] == [["node1", "node2", "node3", "node4"],
+                                                                   ["node1", "node2", "node3"]]
+    assert result["attempts"][0]["last_step"] == 60 and result["attempts"][0]["lost"] == ["node4"]
+    assert ("digits: Slurm requeued job 41 (BeginTime): it starts again on the nodes left and continues from its "
+            "last checkpoint") in quick
+
+
+def test_a_job_that_ran_once_has_no_attempts_recorded():
+    follower = Scripted([answer(queue="RUNNING|None|node[1-4]"), answer(exit_code="0", queue="COMPLETING|None|")])
+    result = follower.run()
+    assert result["rc"] == 0 and "attempts" not in result and "lost_nodes" not in result

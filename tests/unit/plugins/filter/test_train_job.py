@@ -73,6 +73,16 @@ def test_mpirun_command_runs_the_program_with_its_arguments_and_exports_every_va
                     "--epochs", "3"]
 
 
+
+def test_a_job_slurm_may_requeue_keeps_its_rank_count_on_fewer_nodes():
+    """A checkpoint restores only into as many ranks as wrote it: the requeued job on the nodes left runs as
+    many, more than one a slot where it must."""
+    argv = tj.train_job_command({"layout": LAYOUT, "interface": "eth1", "python": "p", "runner": "r",
+                                 "program": "t.py", "args": [], "allocation": True, "requeue": True})
+    assert argv[1:5] == ["-np", "3", "--oversubscribe", "--bind-to"] and "--hostfile" not in argv
+    assert tj.train_job_command({"layout": LAYOUT, "interface": "eth1", "python": "p", "runner": "r",
+                                 "program": "t.py", "args": [], "allocation": True})[1] == "--map-by"
+
 def test_mpiexec_runs_the_program_with_the_same_arguments():
     args = tj.train_job_program_args(ARGS)
     argv = wc.win_mpiexec_argv({"mpiexec": "mpiexec.exe", "layout": LAYOUT, "wdir": r"C:\run",
@@ -135,6 +145,24 @@ def test_bad_job_input_is_named_with_its_fix(tmp_path, changes, expected):
     found = problems(tmp_path, **changes)
     assert len(found) == 1 and expected in found[0], found
 
+
+
+RETRIES = {"max_retries": 1, "scheduler": "slurm", "nodes": 4, "data_shared": True, "checkpoint_shared": True}
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"scheduler": "none"}, "train_job_max_retries=1 needs cluster_scheduler: slurm"),
+    ({"max_retries": 4}, "train_job_max_retries=4 would leave no node of the 4 training nodes: give at most 3"),
+    ({"data_shared": False}, "each node holds only its own ranks' shards"),
+    ({"checkpoint_shared": False}, "set train_job_shared_checkpoint_root"),
+    ({"max_retries": -1}, "train_job_max_retries=-1: give a whole number of at least 0"),
+    ({"max_retries": "two"}, "train_job_max_retries='two': give a whole number"),
+])
+def test_retries_need_slurm_a_node_left_and_data_and_checkpoints_every_node_reads(tmp_path, changes, expected):
+    assert problems(tmp_path / "sound", **RETRIES) == []
+    assert problems(tmp_path / "none", **dict(RETRIES, max_retries=0, scheduler="none", data_shared=False)) == []
+    found = problems(tmp_path, **dict(RETRIES, **changes))
+    assert len(found) == 1 and expected in found[0], found
 
 def test_an_entry_symlinked_out_of_the_source_is_refused(tmp_path):
     outside = tmp_path / "outside.py"

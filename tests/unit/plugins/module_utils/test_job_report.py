@@ -220,6 +220,23 @@ def test_stand_ins_are_named_at_the_top(tmp_path):
     assert page.index("Stand-ins in this run") < page.index("<h2>Summary</h2>")
 
 
+
+def test_a_requeued_jobs_attempts_name_the_failed_node_and_the_steps_done_again(tmp_path):
+    attempts = [{"nodes": ["node1", "node2", "node3", "node4"], "last_step": 140, "lost": ["node4"]},
+                {"nodes": ["node1", "node2", "node3"], "last_step": 300}]
+    run_dir = make_run(tmp_path / "run", job={"job": JOB_NAME, "run_id": "run-4", "rc": 0, "attempts": attempts,
+                                              "lost_nodes": ["node4"]})
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps(dict(summary, resumed=True, resumed_at_step=120)))
+    assert job_report.main([str(run_dir)]) == 0
+    page = (run_dir / "report.html").read_text()
+    assert ("<tr><td>1</td><td>node1 node2 node3 node4</td><td>node4</td><td>140</td><td>20</td></tr>" in page)
+    assert "<tr><td>2</td><td>node1 node2 node3</td><td>\u2013</td><td>300</td><td>\u2013</td></tr>" in page
+    # One run, no attempts table.
+    plain = make_run(tmp_path / "plain", job={"job": JOB_NAME, "run_id": "run-5", "rc": 0})
+    assert job_report.main([str(plain)]) == 0
+    assert "<h2>Attempts</h2>" not in (plain / "report.html").read_text()
+
 class Tags(HTMLParser):
     def __init__(self):
         super().__init__()

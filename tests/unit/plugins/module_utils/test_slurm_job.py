@@ -47,3 +47,40 @@ def test_the_queue_lists_only_the_projects_jobs():
     assert [job["id"] for job in slurm_job.queue_lines(text)] == ["41", "43"]
     assert slurm_job.queue_lines(text)[1] == {"id": "43", "name": "other", "user": "cntk", "state": "PENDING",
                                               "comment": "cntk.cluster:other:20261203T000100Z"}
+
+
+def test_a_job_that_may_be_requeued_asks_for_the_head_node_and_a_range_of_nodes():
+    """train_job_max_retries: 1 of 4 nodes: Slurm may start a requeued job on 3 of them, node1 always first."""
+    options = slurm_job.sbatch_options(LAYOUT, "digits", "r", "/srv/run", 7200, "mpirun.log", retries=1)
+    assert "--nodes=3-4" in options and "--nodelist=node1" in options and "--requeue" in options
+    # Whole nodes and no task count: Slurm would fix 8 tasks at 2 a node at the first start, which 3 nodes
+    # cannot hold; run.sh maps the ranks over whatever nodes the attempt has.
+    assert "--exclusive" in options and not any(option.startswith("--ntasks") for option in options)
+    assert "--no-requeue" not in options and "--open-mode=append" in options
+    assert "--nodes=1-4" in slurm_job.sbatch_options(LAYOUT, "j", "r", "/d", 60, "o", retries=5)
+
+
+def test_attempts_are_told_apart_by_a_requeue_and_name_the_nodes_lost():
+    history = [("PENDING", "", None), ("RUNNING", "node[1-4]", None), ("RUNNING", "node[1-4]", 40),
+               ("REQUEUED", "node[1-4]", 40), ("PENDING", "", 40), ("RUNNING", "node[1,3-4]", 40),
+               ("RUNNING", "node[1,3-4]", 80), ("COMPLETING", "node[1,3-4]", 90)]
+    assert slurm_job.attempts(history) == [
+        {"nodes": ["node1", "node2", "node3", "node4"], "last_step": 40, "lost": ["node2"]},
+        {"nodes": ["node1", "node3", "node4"], "last_step": 80}]
+    # Requeued and started again between two polls: the nodes changed.
+    assert len(slurm_job.attempts([("RUNNING", "node[1-4]", 5), ("RUNNING", "node[1-3]", 9)])) == 2
+    assert slurm_job.attempts([("RUNNING", "node[1-4]", 5), ("RUNNING", "node[1-4]", 9)]) == [
+        {"nodes": ["node1", "node2", "node3", "node4"], "last_step": 9}]
+
+
+@pytest.mark.parametrize("nodes, per_node", [(4, 2), (3, 3), (2, 4), (1, 8)])
+def test_a_requeued_job_maps_its_ranks_over_the_nodes_it_has(tmp_path, nodes, per_node):
+    """The shell lines run.sh runs, with scontrol's hostname list faked: ppr:N:node for 8 ranks."""
+    import subprocess
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\nfor n in $(seq %d); do echo node$n; done\n" % nodes)
+    fake.chmod(0o755)
+    script = slurm_job.requeue_mapping(8) + "\necho $OMPI_MCA_rmaps_base_mapping_policy"
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "x"}).stdout
+    assert out.strip() == f"ppr:{per_node}:node"
