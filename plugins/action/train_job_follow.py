@@ -117,7 +117,7 @@ def _interrupt(signum, frame):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user", "heartbeat_timeout",
-                             "slurm_job", "retries"))
+                             "slurm_job"))
 
     def _remote(self, command):
         result = self._low_level_execute_command(command, sudoable=True)

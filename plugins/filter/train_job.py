@@ -230,7 +230,6 @@ def train_job_input_problems(spec):
     return problems
 
 
-
 def _retry_problems(spec):
     """train_job_max_retries: a whole number below the node count, with Slurm to requeue the job, and the data
     and checkpoints where the nodes left can read the failed node's part.
@@ -265,6 +264,7 @@ def _retry_problems(spec):
                         "train_job_shared_checkpoint_root to a folder every node mounts (cluster_shared_storage "
                         "gives one)")
     return problems
+
 
 def train_job_fingerprint(parts):
     """sha256 over what decides a run's result (plugins/module_utils/train_plan.py)."""

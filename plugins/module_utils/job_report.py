@@ -316,7 +316,6 @@ def log_rows(job, logs):
     return rows
 
 
-
 def attempt_rows(job_doc, summary):
     """One row per attempt of a job Slurm requeued after a node's failure (job.json's attempts, from the
     follower): its nodes, those it lost, rank 0's last step seen, and for the one before the last attempt the
@@ -336,6 +335,7 @@ def attempt_rows(job_doc, summary):
                      "lost": " ".join(map(str, attempt.get("lost") or [])) or or_dash(None),
                      "last_step": or_dash(None if last is None else int(last)), "redone": or_dash(redone)})
     return rows
+
 
 def page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
                  metrics_problem, plot_problem):

@@ -41,7 +41,6 @@ def hostlist(names):
     return ",".join(sorted(parts))
 
 
-
 def hostnames(text):
     """The node names a Slurm hostlist stands for, in its order: 'node[1-3,7],gpu01' -> node1 node2 node3
     node7 gpu01 (hostlist's inverse, as `scontrol show hostnames` prints them)."""
@@ -56,6 +55,7 @@ def hostnames(text):
             width = len(first) if first.startswith("0") and len(first) > 1 else 0
             names += [prefix + str(number).zfill(width) for number in range(int(first), int(last or first) + 1)]
     return names
+
 
 def hardware(report):
     """The node's hardware from `slurmd -C`'s first line ('NodeName=node1 CPUs=2 Boards=1 ... RealMemory=24000'),

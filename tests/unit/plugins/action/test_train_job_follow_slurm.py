@@ -91,7 +91,7 @@ def test_a_job_requeued_after_a_nodes_failure_is_followed_through_its_attempts(q
                          answer(), answer(queue="PENDING|BeginTime|"), answer(), answer(),
                          answer(queue="RUNNING|None|node[1-3]", metrics='{"epoch": 2, "step": 55}'),
                          answer(exit_code="0", metrics='{"epoch": 3, "step": 90}', queue="COMPLETING|None|node[1-3]")],
-                        scontrol="JobId=41 JobState=PENDING Reason=BeginTime Restarts=1", retries="1")
+                        scontrol="JobId=41 JobState=PENDING Reason=BeginTime Restarts=1")
     result = follower.run()
     assert result["rc"] == 0
     assert result["lost_nodes"] == ["node4"]
