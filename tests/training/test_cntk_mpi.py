@@ -19,7 +19,8 @@ import pytest
 from test_mpi_training import SUMMARY_KEYS, METRICS_KEYS, TRAIN_SAMPLES, job, read_metrics
 
 CNTK_EXTRAS = {"hidden", "distributed", "quantization_bits", "device", "minibatch", "minibatch_per_rank", "lr",
-               "max_samples", "steps", "wall_seconds", "test_samples", "resumed", "seed"}
+               "max_samples", "steps", "wall_seconds", "test_samples", "resumed", "resumed_at_step",
+               "seed"}
 
 
 def lines_of(result, rank, stream="stdout"):
@@ -148,6 +149,7 @@ def test_resume_when_every_rank_has_rank0s_checkpoint_trims_the_metrics(first_ru
         in output_of(result)
     summary = summary_of(tmp_path)
     assert summary["resumed"] and (summary["epochs"], summary["samples"]) == (3, 3 * TRAIN_SAMPLES)
+    assert summary["resumed_at_step"] == first_summary["steps"]
     assert summary["steps"] > first_summary["steps"] and summary["test_accuracy"] >= 0.90
 
     metrics = read_metrics(output)
