@@ -84,6 +84,12 @@ def node_shell(cluster, node, command, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def node_pid(cluster, node):
+    """The node container's first process on this machine (for nsenter into its namespaces)."""
+    return subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"cntk-{cluster}-{node}"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 # Where site.yml's output marks the windows the counters are read at: the data step, the job from mpirun's
 # start to its end (the results' fetch after it is Ansible's and rsync's), and the run's end.
 MARKS = {

@@ -249,10 +249,13 @@ class ActionModule(ActionBase):
         if slurm_id:
             result["slurm_job"] = int(slurm_id)
             attempts = slurm_job.attempts(history)
-            if len(attempts) > 1:
-                # job.json's record of each attempt; collect.yml leaves the failed nodes alone.
+            held = slurm_job.held_out([entry["host"] for entry in layout], attempts)
+            if len(attempts) > 1 or held:
+                # job.json's record of each attempt; collect.yml leaves the failed and held-out nodes alone.
                 result["attempts"] = attempts
                 result["lost_nodes"] = sorted({node for attempt in attempts for node in attempt.get("lost", [])})
+            if held:
+                result["held_out"] = held
         if gave_up:
             result.update({job_files.JOB_RC: 255}, seconds=round(time.monotonic() - started, 1),
                           last_progress=last_record, reason=gave_up, changed=False, failed=False)

@@ -75,7 +75,7 @@ SUMMARY_KEYS_SHOWN = {
 JOB_KEYS_SHOWN = {
     job_files.JOB_NAME, job_files.JOB_RUN_ID, job_files.JOB_COMMAND, job_files.JOB_HOSTFILE,
     job_files.JOB_FINGERPRINT, job_files.JOB_RC, job_files.JOB_FAILED_RANK, job_files.JOB_FAILED_HOST,
-    job_files.JOB_STAND_INS, "attempts", "lost_nodes",
+    job_files.JOB_STAND_INS, "attempts", "lost_nodes", "held_out",
 }
 
 
@@ -317,11 +317,12 @@ def log_rows(job, logs):
 
 
 def attempt_rows(job_doc, summary):
-    """One row per attempt of a job Slurm requeued after a node's failure (job.json's attempts, from the
-    follower): its nodes, those it lost, rank 0's last step seen, and for the one before the last attempt the
-    steps the last one did again (its last step less the checkpoint's, summary.json's resumed_at_step)."""
+    """One row per attempt of a job Slurm requeued after a node's failure or started without a node it held out
+    (job.json's attempts, from the follower): its nodes, those it lost, rank 0's last step seen, and for the one
+    before the last attempt the steps the last one did again (its last step less the checkpoint's, summary.json's
+    resumed_at_step)."""
     attempts = job_doc.get("attempts") if isinstance(job_doc, dict) else None
-    if not isinstance(attempts, list) or len(attempts) < 2:
+    if not isinstance(attempts, list) or not attempts or (len(attempts) < 2 and not held_out(job_doc)):
         return []
     resumed_at = job_files.number((summary or {}).get("resumed_at_step"))
     rows = []
@@ -335,6 +336,12 @@ def attempt_rows(job_doc, summary):
                      "lost": " ".join(map(str, attempt.get("lost") or [])) or or_dash(None),
                      "last_step": or_dash(None if last is None else int(last)), "redone": or_dash(redone)})
     return rows
+
+
+def held_out(job_doc):
+    """The nodes Slurm held out when it started the job (job.json's held_out), as text; '' when none."""
+    nodes = job_doc.get("held_out") if isinstance(job_doc, dict) else None
+    return " ".join(map(str, nodes)) if isinstance(nodes, list) else ""
 
 
 def page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
@@ -374,7 +381,7 @@ def page_context(run_dir, job_doc, job_problem, summary, summary_problem, record
                                  job_problem),
         "summary_problem": summary_problem, "summary_rows": rows, "summary_more": more,
         "job": job_table,
-        "attempts": attempt_rows(job_doc, summary),
+        "attempts": attempt_rows(job_doc, summary), "held_out": held_out(job_doc),
         "failed_log": failed_rank_log(run_dir, job, logs),
         "plot": plot,
         "progress": progress_table(records) if records else None, "metrics_problem": metrics_problem,

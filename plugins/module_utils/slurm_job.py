@@ -103,6 +103,12 @@ def attempts(history):
     return runs
 
 
+def held_out(hosts, runs):
+    """The layout's hosts the job's first attempt did not run on: nodes Slurm held out (drained, down) when it
+    started a job that allows fewer nodes (train_job_max_retries)."""
+    return [host for host in hosts if runs and host not in runs[0]["nodes"]]
+
+
 def queue_lines(text, prefix=COMMENT_PREFIX):
     """The project's jobs in `squeue --noheader --format='%i|%j|%u|%T|%k'` output: [{id, name, user, state,
     comment}], others' jobs (another comment) left out."""

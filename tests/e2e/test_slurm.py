@@ -19,8 +19,8 @@ import time
 import pytest
 
 import cluster_helpers
-from cluster_helpers import (CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, node_shell, recap,
-                             start_playbook)
+from cluster_helpers import (CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, node_pid, node_shell,
+                             recap, start_playbook)
 
 ROOT = cluster_helpers.ROOT
 USER = "cntk"
@@ -132,11 +132,6 @@ def test_accounting_answers_for_the_finished_job_and_its_password_stays_private(
     assert on_node("node1", "systemctl is-active mariadb slurmdbd").split() == ["active", "active"]
 
 
-def node_pid(node):
-    return subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"cntk-{CNTK_CLUSTER}-{node}"], check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
 def slurm_node(node):
     return as_user("node1", f"sinfo --noheader --Node --nodes={node} --format='%T|%E'").strip()
 
@@ -157,7 +152,7 @@ def test_a_node_whose_data_disk_is_too_small_is_drained_named_and_kept_out(slurm
     # The last good check records what node3 holds for its ranks.
     assert on_node("node3", "/usr/local/sbin/cntk-node-health") == ""
     owner = on_node("node3", "id -u cntk && id -g cntk").split()
-    mount = ["nsenter", "-t", node_pid("node3"), "-m", "--"]
+    mount = ["nsenter", "-t", node_pid(CNTK_CLUSTER, "node3"), "-m", "--"]
     subprocess.run(mount + ["mount", "-t", "tmpfs", "-o", f"size=64k,mode=0750,uid={owner[0]},gid={owner[1]}",
                             "tmpfs", folder], check=True)
     try:
@@ -179,7 +174,7 @@ def test_a_throttled_fabric_link_is_drained_named_and_kept_out_until_it_is_fast_
     """A tbf of 20 Mbit/s on node4's fabric NIC: the train step's link check measures it against the cluster's
     median, drains node4 naming both rates, and submits nothing; with the tbf gone the next train run returns
     node4 to service (and finds the job up to date)."""
-    tc = ["nsenter", "-t", node_pid("node4"), "-n", "--", "tc", "qdisc"]
+    tc = ["nsenter", "-t", node_pid(CNTK_CLUSTER, "node4"), "-n", "--", "tc", "qdisc"]
     subprocess.run(tc + ["add", "dev", "fab0", "root", "tbf", "rate", "20mbit", "burst", "32kbit", "latency",
                          "400ms"], check=True)
     try:

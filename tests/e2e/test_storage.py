@@ -15,7 +15,8 @@ import time
 import pytest
 
 import cluster_helpers
-from cluster_helpers import CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, ROOT, node_shell, recap
+from cluster_helpers import (CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, ROOT, node_pid, node_shell,
+                             recap)
 
 USER = "cntk"
 MOUNT = "/cluster"
@@ -56,7 +57,6 @@ def heal_pending():
     return sum(int(count) if count.isdigit() else 1 for count in counts) if len(counts) == 4 else len(counts) or 1
 
 
-
 def healed(seconds=180):
     """Wait for the volume to have healed: the heal is refused until a restarted brick has joined; then
     self-heal copies what it missed."""
@@ -67,6 +67,7 @@ def healed(seconds=180):
             break
         time.sleep(3)
     assert heal_pending() == 0
+
 
 @pytest.fixture(scope="module")
 def storage(cntk_cluster):
@@ -112,8 +113,19 @@ def test_bad_storage_input_is_refused_naming_the_value_before_any_change(storage
     assert on_disk.returncode != 0
     assert "node1: shared_storage_brick_root=/srv/cntk/brick is on the root filesystem" in \
         " ".join(on_disk.stdout.split())
+    # node4 without a route to node1's fabric address (a wrong cluster_address, a firewall): named before any change.
+    fabric = on_node("node1", "getent hosts node1").split()[0]
+    route = ["nsenter", "-t", node_pid(CNTK_CLUSTER, "node4"), "-n", "--", "ip", "route"]
+    subprocess.run(route + ["add", "unreachable", f"{fabric}/32"], check=True)
+    try:
+        cut_off = ansible_playbook("playbooks/storage.yml", check=False)
+    finally:
+        subprocess.run(route + ["del", "unreachable", f"{fabric}/32"], check=True)
+    assert cut_off.returncode != 0
+    assert f"node4 gets no answer from node1 at {fabric}/24007: No route to host" in " ".join(cut_off.stdout.split())
     assert on_node("node1", "gluster volume info cntk") == before
-    assert all(counts["changed"] == 0 for counts in recap(reordered.stdout).values())
+    for refused in (reordered, cut_off):
+        assert all(counts["changed"] == 0 for counts in recap(refused.stdout).values())
 
 
 def test_the_data_travels_once_and_cntk_trains_with_data_code_and_checkpoints_on_the_volume(storage):
@@ -178,7 +190,6 @@ def test_a_users_own_sbatch_from_the_template_reads_and_checkpoints_on_the_volum
         assert f"resumed from {MOUNT}/checkpoints/{job}/" in log, (rank, log[:1500])
 
 
-
 def node_state(node):
     return as_user("node1", f"sinfo --noheader --Node --nodes={node} --format=%T").strip()
 
@@ -221,6 +232,34 @@ def test_a_job_survives_a_nodes_power_off_slurm_requeues_it_on_the_nodes_left(st
         time.sleep(3)
     assert mounted("node4") == ("fuse.glusterfs", "node1:/cntk") and node_state("node4") == "idle"
     healed()
+
+
+def test_a_job_that_allows_a_node_fewer_starts_without_the_one_slurm_holds_out(storage):
+    """node4 drained by its operator (a reason of theirs, which the health check never resumes) and
+    train_job_max_retries: 1: the train step says so and Slurm starts the job on node1-3, its 8 ranks spread
+    over them. job.json and the report name node4 held out; no log is looked for there. (Without retries the
+    step stops naming the node: test_slurm.py.)"""
+    job = "digits-fewer"
+    on_node("node1", "scontrol update NodeName=node4 State=DRAIN Reason='operator: fan check'")
+    try:
+        run = ansible_playbook("playbooks/train.yml", "-e", f"train_job_name={job}", "-e", "train_job_max_retries=1",
+                               "-e", json.dumps({"train_job_args": dict(QUICK, epochs=20)}))
+    finally:
+        on_node("node1", "scontrol update NodeName=node4 State=RESUME")
+    said = " ".join(run.stdout.split())
+    assert "Slurm holds node4 (drained: operator: fan check) out: the job starts on the other 3 nodes" in said, \
+        run.stdout[-4000:]
+    record, summary = latest(job, "job.json"), latest(job, "summary.json")
+    assert record["rc"] == 0 and record["held_out"] == ["node4"], record
+    assert [attempt["nodes"] for attempt in record["attempts"]] == [["node1", "node2", "node3"]], record
+    assert summary["ranks"] == 8 and "node4" not in summary["hosts"] and summary["test_accuracy"] >= 0.90, summary
+    assert sorted(summary["hosts"].count(node) for node in ("node1", "node2", "node3")) == [2, 3, 3], summary
+    report = " ".join((CNTK_ARTIFACTS / job / "latest" / "report.html").read_text().split())
+    assert "Slurm started the job without node4, which it held out" in report
+    logs = CNTK_ARTIFACTS / job / "latest" / "logs"
+    assert len(list(logs.glob("node[123]/1/rank.*/stdout"))) == 8 and not any(logs.glob("node4/**/stdout"))
+    assert node_state("node4") == "idle"
+
 
 def test_a_rebooted_node_mounts_the_volume_again_and_a_second_site_run_changes_nothing(storage):
     subprocess.run(["docker", "restart", f"cntk-{CNTK_CLUSTER}-node3"], check=True, capture_output=True)

@@ -106,3 +106,15 @@ def test_a_job_that_ran_once_has_no_attempts_recorded():
     follower = Scripted([answer(queue="RUNNING|None|node[1-4]"), answer(exit_code="0", queue="COMPLETING|None|")])
     result = follower.run()
     assert result["rc"] == 0 and "attempts" not in result and "lost_nodes" not in result
+
+
+def test_a_job_slurm_started_without_a_held_out_node_records_it():
+    """node4 drained and the job allowing one node fewer: Slurm runs it on node1-3, and node4 is named held out
+    (collect.yml then looks for no logs there)."""
+    layout = [{"host": f"node{i}", "slots": 2, "ranks": [2 * i - 2, 2 * i - 1]} for i in range(1, 5)]
+    follower = Scripted([answer(queue="RUNNING|None|node[1-3]", metrics='{"epoch": 1, "step": 40}'),
+                         answer(exit_code="0", metrics='{"epoch": 2, "step": 80}', queue="COMPLETING|None|node[1-3]")],
+                        layout=layout)
+    result = follower.run()
+    assert result["rc"] == 0 and result["held_out"] == ["node4"] and result["lost_nodes"] == []
+    assert result["attempts"] == [{"nodes": ["node1", "node2", "node3"], "last_step": 40}]

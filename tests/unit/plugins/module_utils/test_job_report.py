@@ -220,7 +220,6 @@ def test_stand_ins_are_named_at_the_top(tmp_path):
     assert page.index("Stand-ins in this run") < page.index("<h2>Summary</h2>")
 
 
-
 def test_a_requeued_jobs_attempts_name_the_failed_node_and_the_steps_done_again(tmp_path):
     attempts = [{"nodes": ["node1", "node2", "node3", "node4"], "last_step": 140, "lost": ["node4"]},
                 {"nodes": ["node1", "node2", "node3"], "last_step": 300}]
@@ -236,6 +235,18 @@ def test_a_requeued_jobs_attempts_name_the_failed_node_and_the_steps_done_again(
     plain = make_run(tmp_path / "plain", job={"job": JOB_NAME, "run_id": "run-5", "rc": 0})
     assert job_report.main([str(plain)]) == 0
     assert "<h2>Attempts</h2>" not in (plain / "report.html").read_text()
+
+
+def test_a_job_started_without_a_held_out_node_names_it_with_its_one_attempt(tmp_path):
+    run_dir = make_run(tmp_path / "run", job={"job": JOB_NAME, "run_id": "run-6", "rc": 0, "held_out": ["node4"],
+                                              "attempts": [{"nodes": ["node1", "node2", "node3"], "last_step": 90}],
+                                              "lost_nodes": []})
+    assert job_report.main([str(run_dir)]) == 0
+    page = (run_dir / "report.html").read_text()
+    assert "Slurm started the job without node4, which it held out" in " ".join(page.split())
+    assert "<tr><td>1</td><td>node1 node2 node3</td><td>\u2013</td><td>90</td><td>\u2013</td></tr>" in page
+    assert "Slurm requeued the job" not in page
+
 
 class Tags(HTMLParser):
     def __init__(self):

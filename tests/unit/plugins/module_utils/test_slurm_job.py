@@ -73,6 +73,14 @@ def test_attempts_are_told_apart_by_a_requeue_and_name_the_nodes_lost():
         {"nodes": ["node1", "node2", "node3", "node4"], "last_step": 9}]
 
 
+def test_the_nodes_held_out_are_those_of_the_layout_the_first_attempt_did_not_run_on():
+    hosts = ["node1", "node2", "node3", "node4"]
+    assert slurm_job.held_out(hosts, [{"nodes": ["node1", "node2", "node4"]}, {"nodes": ["node1", "node4"]}]) == \
+        ["node3"]
+    assert slurm_job.held_out(hosts, [{"nodes": hosts}]) == []
+    assert slurm_job.held_out(hosts, []) == []
+
+
 @pytest.mark.parametrize("nodes, per_node", [(4, 2), (3, 3), (2, 4), (1, 8)])
 def test_a_requeued_job_maps_its_ranks_over_the_nodes_it_has(tmp_path, nodes, per_node):
     """The shell lines run.sh runs, with scontrol's hostname list faked: ppr:N:node for 8 ranks."""
