@@ -258,6 +258,10 @@ def test_a_job_that_allows_a_node_fewer_starts_without_the_one_slurm_holds_out(s
     assert "Slurm started the job without node4, which it held out" in report
     logs = CNTK_ARTIFACTS / job / "latest" / "logs"
     assert len(list(logs.glob("node[123]/1/rank.*/stdout"))) == 8 and not any(logs.glob("node4/**/stdout"))
+    # Back in service once slurmctld hears from node4 again ("idle*" until then).
+    deadline = time.monotonic() + 120
+    while node_state("node4") != "idle" and time.monotonic() < deadline:
+        time.sleep(3)
     assert node_state("node4") == "idle"
 
 
