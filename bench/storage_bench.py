@@ -35,6 +35,7 @@ from pathlib import Path
 
 from cluster_bench import local_cluster_tool  # bench/, beside this script
 from fanout_bench import SEND_TASK, rsync_bytes, write_dataset  # bench/, beside this script
+from slurm_bench import check, env  # bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -51,17 +52,6 @@ JOB_ARGS = {"model": "mlp", "hidden": 256, "epochs": 10, "minibatch": 64, "lr": 
             "progress-every": 10, "checkpoint-every": 20}
 STEP = re.compile(r"\| step (\d+) \|")
 COPY_TASK = "Give every node rank 0's checkpoint"
-
-
-def env():
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
-
-
-def check(cmd, **kwargs):
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env(), **kwargs)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, cmd))} failed:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}")
-    return result.stdout
 
 
 def on_node(node, command):
