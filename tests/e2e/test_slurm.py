@@ -78,6 +78,8 @@ def test_sinfo_lists_every_node_idle_with_its_real_cpus(slurm):
     assert as_user("node1", "squeue --noheader") == ""
     assert on_node("node1", "grep ^PartitionName /etc/slurm/slurm.conf").startswith(
         "PartitionName=training Nodes=node[1-4] Default=YES")
+    # The local cluster's slurm_requeue_delay, as slurmctld reads it.
+    assert re.search(r"(?m)^AuthInfo\s+= cred_expire=30$", as_user("node1", "scontrol show config"))
 
 
 def test_one_munge_key_on_every_node_0400_never_shown(slurm):

@@ -20,13 +20,13 @@ def test_hostlist_compresses_runs_of_numbers(names, expected):
     assert slurm_conf.hostlist(names) == expected
 
 
-
 @pytest.mark.parametrize("text, expected", [
     ("node[1-3,7],gpu01", ["node1", "node2", "node3", "node7", "gpu01"]),
     ("gpu[01-03]", ["gpu01", "gpu02", "gpu03"]), ("node1", ["node1"]), ("", []), ("a,b", ["a", "b"])])
 def test_hostnames_expand_a_hostlist_in_its_order(text, expected):
     assert slurm_conf.hostnames(text) == expected
     assert slurm_conf.hostlist(slurm_conf.hostnames(text)) == slurm_conf.hostlist(expected)
+
 
 def test_hardware_reads_slurmd_report():
     assert slurm_conf.hardware(REPORT) == {"CPUs": 2, "Boards": 1, "SocketsPerBoard": 1, "CoresPerSocket": 2,
