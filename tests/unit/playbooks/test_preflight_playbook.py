@@ -100,3 +100,16 @@ def test_the_data_step_alone_refuses_a_limit_that_cuts_the_training_group(tmp_pa
     assert result.returncode != 0
     assert "--limit leaves out node2, but this step works on every node of `training` at once" in result.stdout
     assert "unreachable" not in result.stdout.lower().split("play recap")[0]
+
+
+def test_the_data_step_alone_stops_before_the_lock_when_a_node_does_not_answer(tmp_path):
+    # node1 is this machine (a local connection, root already, this interpreter), node2 a port where nothing
+    # listens: the step reaches every node first, and node2's silence stops it before the lock is taken on node1.
+    hosts = {"node1": dict(TWO_NODES["node1"], ansible_connection="local", ansible_become=False,
+                           ansible_python_interpreter=sys.executable),
+             "node2": TWO_NODES["node2"]}
+    result = run_preflight(tmp_path, hosts, closed_port(), "playbooks/data.yml")
+    assert result.returncode != 0
+    assert "node2 failed or could not be reached earlier in this run, and this step works on every node of " \
+        "`training` at once: it was not started" in result.stdout, result.stdout[-3000:]
+    assert "Take the cluster lock" not in result.stdout
