@@ -4,6 +4,8 @@ what was verified before, and never an unverified file under a name the job read
 import hashlib
 import json
 import os
+import pwd
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +45,7 @@ def converged(tmp_path):
 def count_hashes(monkeypatch):
     hashed = []
     real = dataset_files.sha256_of
-    monkeypatch.setattr(dataset_files, "sha256_of", lambda path: hashed.append(os.path.basename(path)) or real(path))
+    monkeypatch.setattr(dataset_files, "sha256_of", lambda fd, name, uid=None: hashed.append(name) or real(fd, name, uid))
     return hashed
 
 
@@ -179,5 +181,83 @@ def test_a_data_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path):
     finally:
         subprocess.run(["umount", str(mount)], check=True)
     assert answer["failed"]
-    assert answer["msg"].startswith(f"node3: cannot make {mount / 'digits'} as the training user: "
+    assert answer["msg"].startswith(f"node3: cannot make {mount / 'digits'} for the training user: "
                                     "Read-only file system. Its data folder must be that user's")
+
+
+# state=planned as root for the training user (here `nobody`): it reads nothing that user does not own and
+# follows no link, so a user's folder cannot make root read or make anything elsewhere.
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+USER = "nobody"
+
+
+def users_folder(tmp_path):
+    """tmp_path/srv (root's) / data (the user's, like cluster_data_dir)."""
+    data = tmp_path / "srv" / "data"
+    data.mkdir(parents=True)
+    os.chmod(tmp_path, 0o755)
+    os.chown(data, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
+    return data
+
+
+def plan_for_user(folder, **args):
+    return run_module({"path": str(folder), "wanted": WANTED, "manifest": MANIFEST, "owner": USER, "node": "node2",
+                       **args})
+
+
+@needs_root
+def test_root_makes_the_missing_folder_for_the_user_through_its_descriptor(tmp_path):
+    data = users_folder(tmp_path)
+    answer = plan_for_user(data / "digits")
+    assert answer["changed"] and answer["owner_exists"] and answer["send"] == list(DATA)
+    for folder in (data / "digits", data / "digits" / ".incoming"):
+        status = folder.lstat()
+        assert (pwd.getpwuid(status.st_uid).pw_name, stat.S_IMODE(status.st_mode)) == (USER, 0o750)
+    assert not plan_for_user(data / "digits")["changed"]
+
+
+@needs_root
+def test_root_follows_no_link_the_user_made_in_place_of_the_data_folder(tmp_path):
+    data = users_folder(tmp_path)
+    victim = tmp_path / "etc-victim"
+    victim.mkdir()
+    (data / "digits").symlink_to(victim)
+    answer = plan_for_user(data / "digits")
+    assert answer["failed"]
+    assert answer["msg"] == (f"node2: {data / 'digits'} is a symlink or a file where a folder is expected: remove it "
+                             f"(the data step makes {data / 'digits'}), and rerun")
+    assert list(victim.iterdir()) == [] and victim.lstat().st_uid == 0
+
+
+@needs_root
+def test_root_reads_no_file_the_user_does_not_own(tmp_path, monkeypatch):
+    data = users_folder(tmp_path)
+    uid, gid = pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid
+    plan_for_user(data / "digits")
+    for name, content in DATA.items():
+        (data / "digits" / name).write_bytes(content)
+        os.chown(data / "digits" / name, uid, gid)
+    os.chown(data / "digits" / "shard-00001.ctf", 0, 0)  # root's file (a hard link to one, say) in the user's folder
+    hashed = count_hashes(monkeypatch)
+    found = plan(str(data / "digits"), WANTED, MANIFEST, full=False, uid=uid)
+    assert found["send"] == ["shard-00001.ctf"] and hashed == ["shard-00000.ctf"]
+
+
+@needs_root
+def test_a_data_folder_another_user_owns_is_refused_naming_the_fix(tmp_path):
+    data = users_folder(tmp_path)
+    (data / "digits").mkdir()
+    answer = plan_for_user(data / "digits")
+    assert answer["failed"]
+    assert answer["msg"] == (f"node2: {data / 'digits'} belongs to root, not to the training user {USER}: give it to "
+                             "that user (chown -R), or remove it, and rerun")
+
+
+def test_a_missing_training_user_is_named_and_a_dry_run_plans_every_file(tmp_path):
+    args = {"path": str(tmp_path / "digits"), "wanted": WANTED, "manifest": MANIFEST, "owner": "no-such-user",
+            "node": "node4"}
+    answer = run_module(args)
+    assert answer["failed"] and answer["msg"].startswith("node4: the training user no-such-user does not exist: ")
+    dry = run_module(dict(args, _ansible_check_mode=True))
+    assert not dry.get("failed") and not dry["owner_exists"] and dry["send"] == list(DATA)
+    assert not (tmp_path / "digits").exists()

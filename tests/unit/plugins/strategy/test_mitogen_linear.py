@@ -114,3 +114,50 @@ def test_commands_on_the_controller_may_use_every_cpu(tmp_path):
         first, _, last = part.partition("-")
         cpus.update(range(int(first), int(last or first) + 1))
     assert cpus == os.sched_getaffinity(0), shown
+
+
+def test_a_collection_module_and_filter_run_with_the_collections_listed_once(cluster, tmp_path):
+    """The shim lists the installed collections once per run and imports this collection's filter files
+    before the workers fork: a collection module that imports the collection's module_utils still finds
+    them on the node, under the name Ansible loads them by, and a filter still resolves."""
+    playbook = tmp_path / "collection.yml"
+    playbook.write_text(
+        "- hosts: node1\n  gather_facts: false\n  tasks:\n"
+        "    - cntk.cluster.dataset_shard: {source: /nonexistent, ranks: 2, out: /tmp/x}\n"
+        "      check_mode: true\n      register: cut\n      failed_when: not cut.bad_input | default(false)\n"
+        "    - ansible.builtin.debug: {msg: 'CUT={{ cut.msg }}'}\n"
+        "    - ansible.builtin.debug: {msg: \"WAVES={{ ['node1', 'node2', 'node3'] | cntk.cluster.relay_waves }}\"}\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_SSH_CONTROL_PATH_DIR=str(tmp_path / "cp"))
+    env.pop("ANSIBLE_STRATEGY", None)
+    result = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(STATE / "inventory"),
+                             str(playbook)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "CUT=source /nonexistent does not exist" in result.stdout
+    assert "WAVES=3" in result.stdout
+
+
+# In a fresh interpreter with Ansible's collection loader, as ansible-playbook runs the shim.
+IMPORTED_ONCE = """
+import sys
+from ansible.plugins.loader import filter_loader, init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+from ansible.plugins.loader import strategy_loader
+shim = strategy_loader.get("mitogen_linear", class_only=True)
+shim = sys.modules[shim.__module__]
+before = sorted(name for name in sys.modules if name.startswith(shim.FILTERS + "."))
+shim.import_filters()
+after = sorted(name.rpartition(".")[2] for name in sys.modules if name.startswith(shim.FILTERS + "."))
+loaded = filter_loader.get("cntk.cluster.relay_waves")
+print(before, after, loaded.j2_function is sys.modules[shim.FILTERS + ".dataset"].relay_waves)
+"""
+
+
+def test_the_filter_files_are_imported_once_under_the_names_ansible_loads_them_by():
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    result = subprocess.run([sys.executable, "-c", IMPORTED_ONCE, str(ROOT / ".collections")], capture_output=True,
+                            text=True, env=env, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    files = sorted(path.stem for path in (ROOT / "plugins" / "filter").glob("*.py"))
+    # None before, every file after; Ansible's loader then finds the module imported and loads no second copy.
+    assert result.stdout.split("\n")[0] == f"[] {files} True"
