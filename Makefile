@@ -84,6 +84,7 @@ bench: venv
 	PYTHONPATH=$(PYTHONPATH):$(CURDIR)/tests/training $(PY) bench/train_bench.py
 	PYTHONPATH=$(PYTHONPATH):$(CURDIR)/tests/training $(PY) bench/train_bench.py --name train_scaling --models mlp --hidden 1024 --minibatches 512 --epochs 60
 	$(PY) bench/strategy_bench.py
+	$(PY) bench/task_cost_bench.py
 	$(PY) bench/slurm_bench.py
 	$(PY) bench/storage_bench.py
 	$(PY) bench/summary.py

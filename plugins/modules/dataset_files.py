@@ -102,20 +102,43 @@ def open_folder(name, dir_fd):
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | NO_FOLLOW, dir_fd=dir_fd)
 
 
+def root_only_link(fd, name):
+    """Whether name in folder fd is a symlink only root could have made or changed: root's, in a folder of
+    root's that no one else may write in (a mount point's link, say: /srv -> /data/srv)."""
+    try:
+        link = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return False
+    folder = os.fstat(fd)
+    return (stat.S_ISLNK(link.st_mode) and link.st_uid == 0 and folder.st_uid == 0
+            and not folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
 def walk(path):
     """(descriptor of the deepest folder of path that exists, the names below it that do not).
 
-    Reached from / one name at a time, never through a symlink: a link or a file on the way is refused."""
+    Reached from / one name at a time, never through a symlink another user could have made or swapped: such
+    a link, or a file, on the way is refused. A link only root could have made is followed."""
     names = [name for name in path.split("/") if name]
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    for index, name in enumerate(names):
+    where, links = "", 0
+    while names:
+        name = names.pop(0)
+        where += "/" + name
         try:
             child = open_folder(name, fd)
         except FileNotFoundError:
-            return fd, names[index:]
+            return fd, [name] + names
         except OSError:
+            if links < 40 and root_only_link(fd, name):
+                links += 1
+                target = os.readlink(name, dir_fd=fd)
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                names = [part for part in target.split("/") if part] + names
+                continue
             os.close(fd)
-            where = "/" + "/".join(names[:index + 1])
             raise Refused(f"{where} is a symlink or a file where a folder is expected: remove it "
                           f"(the data step makes {path}), and rerun") from None
         os.close(fd)

@@ -261,3 +261,16 @@ def test_a_missing_training_user_is_named_and_a_dry_run_plans_every_file(tmp_pat
     dry = run_module(dict(args, _ansible_check_mode=True))
     assert not dry.get("failed") and not dry["owner_exists"] and dry["send"] == list(DATA)
     assert not (tmp_path / "digits").exists()
+
+
+@needs_root
+def test_a_link_only_root_could_have_made_on_the_way_is_followed(tmp_path):
+    """A data disk's mount linked in by the operator (/srv -> /data/srv): root's link in a folder of root's
+    that no one else may write in."""
+    (tmp_path / "disk").mkdir()
+    data = users_folder(tmp_path / "disk")  # disk/srv/data
+    (tmp_path / "srv-link").symlink_to(tmp_path / "disk" / "srv")
+    os.chmod(tmp_path, 0o755)
+    answer = plan_for_user(tmp_path / "srv-link" / "data" / "digits")
+    assert not answer.get("failed") and answer["send"] == list(DATA), answer
+    assert (data / "digits" / ".incoming").is_dir()
