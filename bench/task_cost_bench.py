@@ -106,7 +106,7 @@ def main():
         "nodes": NODES, "tasks_per_kind": args.tasks, "pairs": args.pairs,
         "machine": f"{platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "load_average_1m": [round(load_before, 2), round(load_after, 2)],
+        "load_average": [round(load_before, 2), round(load_after, 2)],
         "runs": runs, "median_task_s": medians, "to_ping": to_ping,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ fork (they inherit it): the list of installed collections, which Mitogen
 makes for each task of a collection's module, and the import of this
 collection's filter files, which Ansible does in each worker at its first
 `cntk.cluster.*` filter; each is paid per task and host otherwise
-(bench/task_cost_bench.py measures it).
+(bench/results/task_cost.md, from bench/task_cost_bench.py).
 """
 
 import importlib
