@@ -32,7 +32,7 @@ description:
     folder's filesystem has too little free space. C(state=present) runs as the training user: it
     moves the files rsync put in C(.incoming/) into place when their sha256 is the manifest's,
     removes the stale files and writes manifest.json and .verified.json.
-  - Self-contained (standard library only), like every module that runs on the nodes.
+  - The folder is reached as plugins/module_utils/root_walk.py says (as owned_directory's).
   - Supports check mode.
 options:
   path: {description: The node's data folder (absolute)., type: path, required: true}
@@ -83,6 +83,8 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.cntk.cluster.plugins.module_utils.root_walk import (
+    NO_FOLLOW, NotAFolder, descend, make_folders as make_parents, open_folder)
 
 MANIFEST = "manifest.json"
 CACHE = ".verified.json"
@@ -91,59 +93,20 @@ CHUNK = 8 << 20
 # The largest manifest or cache read (a node's holds a line per file).
 JSON_LIMIT = 64 << 20
 FOLDER_MODE = 0o750
-NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Refused(Exception):
     pass
 
 
-def open_folder(name, dir_fd):
-    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | NO_FOLLOW, dir_fd=dir_fd)
-
-
-def root_only_link(fd, name):
-    """Whether name in folder fd is a symlink only root could have made or changed: root's, in a folder of
-    root's that no one else may write in (a mount point's link, say: /srv -> /data/srv)."""
-    try:
-        link = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except OSError:
-        return False
-    folder = os.fstat(fd)
-    return (stat.S_ISLNK(link.st_mode) and link.st_uid == 0 and folder.st_uid == 0
-            and not folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
-
-
 def walk(path):
-    """(descriptor of the deepest folder of path that exists, the names below it that do not).
-
-    Reached from / one name at a time, never through a symlink another user could have made or swapped: such
-    a link, or a file, on the way is refused. A link only root could have made is followed."""
-    names = [name for name in path.split("/") if name]
-    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    where, links = "", 0
-    while names:
-        name = names.pop(0)
-        where += "/" + name
-        try:
-            child = open_folder(name, fd)
-        except FileNotFoundError:
-            return fd, [name] + names
-        except OSError:
-            if links < 40 and root_only_link(fd, name):
-                links += 1
-                target = os.readlink(name, dir_fd=fd)
-                if target.startswith("/"):
-                    os.close(fd)
-                    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                names = [part for part in target.split("/") if part] + names
-                continue
-            os.close(fd)
-            raise Refused(f"{where} is a symlink or a file where a folder is expected: remove it "
-                          f"(the data step makes {path}), and rerun") from None
-        os.close(fd)
-        fd = child
-    return fd, []
+    """(descriptor of the deepest folder of path that exists, its real path, the names below it that do not),
+    reached from / without following a link another user than root could have made or swapped."""
+    try:
+        return descend(path)
+    except NotAFolder as exc:
+        raise Refused(f"{exc.where} is a symlink or a file where a folder is expected: remove it "
+                      f"(the data step makes {path}), and rerun") from None
 
 
 def open_file(fd, name, uid):
@@ -253,7 +216,7 @@ def plan_in(fd, wanted, manifest, full, uid=None):
 
 def plan(folder, wanted, manifest, full, uid=None):
     """plan_in for the folder at a path (reached without following a link)."""
-    fd, missing = walk(folder)
+    fd, _, missing = walk(folder)
     try:
         return plan_in(None if missing else fd, wanted, manifest, full, uid)
     finally:
@@ -284,40 +247,23 @@ def space_short(folder, fd, wanted, send):
             "then rerun")
 
 
-def make_folders(fd, missing, owner):
-    """Makes what is missing below folder fd: parents root's 0755, the data folder and its .incoming/ 0750,
-    given to owner, (uid, gid), when set. Returns a descriptor of the data folder and whether one was made."""
-    created, current = False, os.dup(fd)
+def make_folders(fd, where, missing, owner):
+    """Makes what is missing below folder fd (at where): parents root's 0755, the data folder and its
+    .incoming/ 0750, given to owner, (uid, gid), when set. Returns a descriptor of the data folder and whether
+    one was made."""
+    folder, made = make_parents(fd, where, missing, FOLDER_MODE, owner)
     try:
-        for index, name in enumerate(missing + [INCOMING]):
-            ours = index >= len(missing) - 1
-            try:
-                os.mkdir(name, FOLDER_MODE if ours else 0o755, dir_fd=current)
-                made = True
-            except FileExistsError:
-                made = False
-            child = open_folder(name, current)
-            try:
-                if ours and made:
-                    if owner is not None:
-                        os.fchown(child, *owner)
-                    os.fchmod(child, FOLDER_MODE)
-            finally:
-                if name == INCOMING:
-                    os.close(child)
-                else:
-                    current, parent = child, current
-                    os.close(parent)
-            created = created or made
+        incoming, made_incoming = make_parents(folder, where, [INCOMING], FOLDER_MODE, owner)
+        os.close(incoming)
     except BaseException:
-        os.close(current)
+        os.close(folder)
         raise
-    return current, created
+    return folder, bool(made or made_incoming)
 
 
 def place(folder, wanted, manifest, full, check_mode):
     """Verify what arrived, move it into place, remove the stale files, write the manifest and cache."""
-    fd, missing = walk(folder)
+    fd, _, missing = walk(folder)
     try:
         if missing:
             return {"failed": True, "bad": [f"{folder} is missing"], "moved": []}
@@ -398,14 +344,14 @@ def planned(module, folder, wanted, full):
         result.pop("cache")
         return {"changed": False, "owner_exists": False, **result}
     try:
-        fd, missing = walk(folder)
+        fd, where, missing = walk(folder)
     except Refused as exc:
         return {"failed": True, "msg": f"{node}: {exc}"}
     created = False
     try:
         if not module.check_mode:
             try:
-                folder_fd, created = make_folders(fd, missing, owner if owner_name else None)
+                folder_fd, created = make_folders(fd, where, missing, owner if owner_name else None)
             except OSError as exc:
                 return {"failed": True, "msg": f"{node}: cannot make {folder} for the training user: "
                         f"{exc.strerror}. Its data folder must be that user's: give {os.path.dirname(folder)} "

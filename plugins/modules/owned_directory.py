@@ -6,14 +6,16 @@ DOCUMENTATION = r"""
 module: owned_directory
 short_description: A folder given to an unprivileged user, its parents kept root's
 description:
-  - Walks I(path) from C(/). A missing parent is made root's, 0755; a parent the
-    I(untrusted_user) owns is taken back (root's, 0755), since that user could
-    otherwise swap the folder below it for a symlink between two runs; a parent
-    that user can write in any other way, or a symlink that user could have made,
-    is refused.
+  - Walks I(path) from C(/), each folder opened through its parent's descriptor
+    with O_NOFOLLOW (plugins/module_utils/root_walk.py). A missing parent is made
+    root's, 0755; a parent the I(untrusted_user) owns is taken back (root's, 0755),
+    since that user could otherwise swap the folder below it for a symlink between
+    two runs; a parent that user can write in any other way is refused. A symlink on
+    the way is followed only when only root could have made it (root's, in a folder
+    of root's that no one else may write in); any other is refused.
   - The folder itself is refused when it is a symlink (root would chown its target).
-    It is made and given I(owner), I(group) and I(mode) through a file descriptor
-    opened with O_NOFOLLOW, never by name.
+    It is made and given I(owner), I(group) and I(mode) through its own descriptor,
+    never by name.
   - Supports check mode.
 options:
   path: {description: Absolute, normalised path of the folder., type: path, required: true}
@@ -36,8 +38,8 @@ import pwd
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-
-PARENT_MODE = 0o755
+from ansible_collections.cntk.cluster.plugins.module_utils.root_walk import (
+    PARENT_MODE, NotAFolder, descend, make_folders)
 
 
 class Refused(Exception):
@@ -60,6 +62,18 @@ def _user(name):
     return entry.pw_uid, gids
 
 
+def _refusal(exc, path, owner, untrusted):
+    if exc.target is None:
+        return f"{exc.where} is not a folder: move it away, or choose another path than {path}"
+    if exc.last:
+        return (f"{exc.where} is a symlink (to {exc.target}) where a folder is expected: root gives this folder "
+                f"to {owner} and would give it the link's target instead. Remove the link (rm {exc.where}; move "
+                f"what you need from {exc.target} first) and run again")
+    return (f"{exc.where} is a symlink (to {exc.target}) that {untrusted}, or another user than root, could have "
+            f"made: root does not follow it to make {path}. Replace it with a folder root owns, or point the "
+            "setting at the real path")
+
+
 def ensure(path, owner, group, mode, untrusted, check_mode=False):
     """Returns (changed, created, taken_back); raises Refused with the message a user reads."""
     if not os.path.isabs(path) or os.path.normpath(path) != path or path == "/":
@@ -67,72 +81,53 @@ def ensure(path, owner, group, mode, untrusted, check_mode=False):
     uid, gids = _user(untrusted)
     owner_uid = pwd.getpwnam(owner).pw_uid
     group_gid = grp.getgrnam(group).gr_gid
-    created, taken_back = [], []
-    current = "/"
-    parts = path.strip("/").split("/")
-    for index, part in enumerate(parts):
-        candidate = os.path.join(current, part)
-        last = index == len(parts) - 1
-        try:
-            st = os.lstat(candidate)
-        except FileNotFoundError:
-            created.append(candidate)
-            if check_mode:
-                # What follows does not exist yet either.
-                created += [os.path.join(candidate, *parts[index + 1:index + 1 + n]) for n in range(1, len(parts) - index)]
-                return True, created, taken_back
-            # Root's until the end: the final folder is given away by descriptor below.
-            os.mkdir(candidate, 0o700)
-            _set(candidate, 0, 0, 0o700 if last else PARENT_MODE)
-            st = os.lstat(candidate)
-        if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(candidate)
-            if last:
-                raise Refused(f"{candidate} is a symlink (to {target}) where a folder is expected: root gives this "
-                              f"folder to {owner} and would give it the link's target instead. Remove the link "
-                              f"(rm {candidate}; move what you need from {target} first) and run again")
-            if st.st_uid == uid or _writable_by(os.lstat(current), uid, gids):
-                raise Refused(f"{candidate} is a symlink (to {target}) that {untrusted} could have made: root "
-                              f"does not follow it to make {path}. Replace it with a folder root owns, or point "
-                              "the setting at the real path")
-            current = os.path.realpath(candidate)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            raise Refused(f"{candidate} is not a folder: move it away, or choose another path than {path}")
-        if not last:
-            if st.st_uid == uid:
-                taken_back.append(candidate)
-                if not check_mode:
-                    _set(candidate, 0, 0, PARENT_MODE)
-            elif _writable_by(st, uid, gids):
-                raise Refused(f"{candidate} (a parent of {path}) is writable by {untrusted} "
-                              f"(mode {stat.S_IMODE(st.st_mode):04o}): that user could swap {path} for a symlink "
-                              f"and have root chown the target. Make it root's and not writable by that user "
-                              f"(chmod go-w {candidate}), or choose another path")
-        current = candidate
-    changed = bool(created or taken_back)
-    if check_mode:
-        st = os.lstat(path)
-        return changed or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (owner_uid, group_gid, mode), \
-            created, taken_back
-    return _set(path, owner_uid, group_gid, mode) or changed, created, taken_back
+    taken_back = []
 
-
-def _set(path, uid, gid, mode):
-    """Owner and mode through a descriptor of the folder itself (O_NOFOLLOW): never a link's target."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
+    def parent(fd, where):
         st = os.fstat(fd)
-        changed = False
-        if (st.st_uid, st.st_gid) != (uid, gid):
-            os.fchown(fd, uid, gid)
-            changed = True
-        if stat.S_IMODE(st.st_mode) != mode:
-            os.fchmod(fd, mode)
-            changed = True
-        return changed
+        if st.st_uid == uid:
+            # That user could swap the folder below for a link between two runs.
+            taken_back.append(where)
+            if not check_mode:
+                os.fchown(fd, 0, 0)
+                os.fchmod(fd, PARENT_MODE)
+        elif _writable_by(st, uid, gids):
+            raise Refused(f"{where} (a parent of {path}) is writable by {untrusted} "
+                          f"(mode {stat.S_IMODE(st.st_mode):04o}): that user could swap {path} for a symlink "
+                          f"and have root chown the target. Make it root's and not writable by that user "
+                          f"(chmod go-w {where}), or choose another path")
+
+    try:
+        fd, where, missing = descend(path, parent, follow_last=False)
+    except NotAFolder as exc:
+        raise Refused(_refusal(exc, path, owner, untrusted)) from None
+    try:
+        if check_mode:
+            if missing:
+                return True, [os.path.join(where, *missing[:n]) for n in range(1, len(missing) + 1)], taken_back
+            st = os.fstat(fd)
+            return (bool(taken_back) or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (owner_uid, group_gid, mode),
+                    [], taken_back)
+        # Root's until the end: the folder is given away through its descriptor.
+        folder, created = make_folders(fd, where, missing, 0o700)
+        os.close(fd)
+        fd = folder
+        return _set(fd, owner_uid, group_gid, mode) or bool(created or taken_back), created, taken_back
     finally:
         os.close(fd)
+
+
+def _set(fd, uid, gid, mode):
+    """Owner and mode through the folder's own descriptor: never a link's target."""
+    st = os.fstat(fd)
+    changed = False
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        os.fchown(fd, uid, gid)
+        changed = True
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.fchmod(fd, mode)
+        changed = True
+    return changed
 
 
 def main():

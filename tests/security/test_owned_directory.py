@@ -126,8 +126,11 @@ def test_check_mode_before_the_user_exists_says_it_would_change(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    module = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "owned_directory.py"
+    from ansible_collections.cntk.cluster.plugins.modules import owned_directory
+    module = Path(owned_directory.__file__)
     args = {"ANSIBLE_MODULE_ARGS": {"path": str(tmp_path / "jobs"), "owner": "no-such-user-here",
                                     "group": "no-such-user-here", "mode": "0750", "_ansible_check_mode": True}}
-    out = subprocess.run([sys.executable, str(module)], input=json.dumps(args), capture_output=True, text=True)
+    # The module as Ansible runs it, its module_utils importable as the collection's.
+    out = subprocess.run([sys.executable, str(module)], input=json.dumps(args), capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(module.parents[5])))
     assert json.loads(out.stdout)["changed"] is True and not (tmp_path / "jobs").exists()
