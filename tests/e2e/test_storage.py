@@ -202,7 +202,7 @@ def test_a_job_survives_a_nodes_power_off_slurm_requeues_it_on_the_nodes_left(st
     job, every = "digits-retry", 20
     train = cluster_helpers.start_playbook(
         CNTK_INVENTORY, "playbooks/train.yml", "-e", f"train_job_name={job}", "-e", "train_job_max_retries=1",
-        "-e", json.dumps({"train_job_args": dict(QUICK, epochs=60, **{"checkpoint-every": every})}))
+        "-e", json.dumps({"train_job_args": dict(QUICK, epochs=30, **{"checkpoint-every": every})}))
     cluster_helpers.read_until(train, r"\| step ([1-9]\d{2,}) \|", timeout=600)
     subprocess.run(["docker", "stop", f"cntk-{CNTK_CLUSTER}-node4"], check=True, capture_output=True)
     try:
