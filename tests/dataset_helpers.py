@@ -4,7 +4,8 @@ tests/unit/plugins/modules/test_dataset_shard.py): sources written, shards read 
 import hashlib
 import json
 
-from ansible_collections.cntk.cluster.plugins.module_utils import dataset_ctf, dataset_cut as sd, dataset_io
+from ansible_collections.cntk.cluster.plugins.module_utils import (
+    dataset_ctf, dataset_cut as sd, dataset_io, dataset_split, dataset_whole_files)
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_manifest import STAT_CACHE
 
 
@@ -54,7 +55,7 @@ def snapshot(out):
 
 def patch_everywhere(monkeypatch, name, value):
     """Replace name in every dataset module that holds it (a function is called from the module it was imported to)."""
-    for module in (sd, dataset_io, dataset_ctf):
+    for module in (sd, dataset_split, dataset_whole_files, dataset_io, dataset_ctf):
         if hasattr(module, name):
             monkeypatch.setattr(module, name, value)
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.cntk.cluster.plugins.module_utils import dataset_manifest
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_manifest import (
-    MANIFEST, TEMP_RE, ShardError, is_ctf, stale_files)
+    MANIFEST, TEMP_RE, ShardError, is_ctf, quick_unchanged, report, stale_files)
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_ctf import CtfCheck
 
 CHUNK = 8 << 20  # bytes per read
@@ -365,6 +365,18 @@ def lock(out, shared=False):
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
     return fd
+
+
+def unchanged_report(out, paths, expect, verify, started):
+    """The report of a run with nothing to do (the quick check holds), or None."""
+    if verify or not os.path.isdir(out):
+        return None
+    held = lock(out)
+    try:
+        old = quick_unchanged(out, paths, expect)
+    finally:
+        os.close(held)
+    return None if old is None else report(False, out, old, expect["ranks"], [], started)
 
 
 def remove_stale(out, manifest, old, test):

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from ansible_collections.cntk.cluster.plugins.module_utils import dataset_cut as sd
+from ansible_collections.cntk.cluster.plugins.module_utils import dataset_cut as sd, dataset_io
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_manifest import STAT_CACHE
 from dataset_helpers import (
     assert_consistent, ctf_lines, full_snapshot, listing, manifest_of, patch_everywhere, samples_of, shard_texts,
@@ -182,7 +182,7 @@ def test_source_changing_while_it_is_read_commits_nothing(tmp_path, monkeypatch)
     sd.shard(source, 3, out)
     before = snapshot(out)
     write(source, "".join(ctf_lines(31)))
-    real_blocks = sd.blocks
+    real_blocks = dataset_io.blocks
 
     def read_then_edit(*args):
         for segment in real_blocks(*args):
@@ -213,7 +213,7 @@ def test_a_touched_source_is_hashed_again(tmp_path, monkeypatch):
     out = tmp_path / "out"
     sd.shard(source, 4, out)
     hashed = []
-    real = sd.source_sha256_only
+    real = dataset_io.source_sha256_only
     patch_everywhere(monkeypatch, "source_sha256_only", lambda paths: hashed.append(paths) or real(paths))
     stat = os.stat(source)
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
@@ -466,7 +466,7 @@ def test_an_unchanged_verified_rerun_writes_nothing(tmp_path, layout):
 def reads_of(monkeypatch):
     """Every read of a file's lines or bytes by the cutter, by path: blocks() and source_sha256_only()."""
     reads = []
-    real_blocks, real_sha = sd.blocks, sd.source_sha256_only
+    real_blocks, real_sha = dataset_io.blocks, dataset_io.source_sha256_only
     patch_everywhere(monkeypatch, "blocks", lambda path, *rest: reads.append(str(path)) or real_blocks(path, *rest))
     patch_everywhere(monkeypatch, "source_sha256_only",
                      lambda paths: reads.extend(map(str, paths)) or real_sha(paths))
