@@ -107,6 +107,9 @@ def walk(path):
     except NotAFolder as exc:
         raise Refused(f"{exc.where} is a symlink or a file where a folder is expected: remove it "
                       f"(the data step makes {path}), and rerun") from None
+    except OSError as exc:
+        raise Refused(f"cannot reach {path}: {exc.strerror} (at {exc.filename}): let the training user search "
+                      "every folder on the way, or set cluster_dataset_dir to another folder, and rerun") from None
 
 
 def open_file(fd, name, uid):

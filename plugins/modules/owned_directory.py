@@ -151,6 +151,9 @@ def main():
                                               params["untrusted_user"] or params["owner"], module.check_mode)
     except Refused as refused:
         module.fail_json(msg=f"{refused}. {params['path']} was left as it was.", path=params["path"])
+    except OSError as exc:
+        module.fail_json(msg=f"cannot make {params['path']}: {exc.strerror} (at {exc.filename}): fix that folder, "
+                         "or choose another path", path=params["path"])
     except KeyError as missing:
         if module.check_mode:
             # A dry run on new nodes: the user is made by an earlier task of the real run.

@@ -274,3 +274,32 @@ def test_a_link_only_root_could_have_made_on_the_way_is_followed(tmp_path):
     answer = plan_for_user(tmp_path / "srv-link" / "data" / "digits")
     assert not answer.get("failed") and answer["send"] == list(DATA), answer
     assert (data / "digits" / ".incoming").is_dir()
+
+
+@needs_root
+def test_a_folder_on_the_way_the_user_cannot_search_is_named(tmp_path):
+    # state=present runs as the training user: a parent only root may enter stops it with a message.
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o755)
+    folder = closed / "data" / "digits"
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the module's code as the user, in a child that never returns to pytest
+        try:
+            os.close(read)
+            os.setgid(pwd.getpwnam(USER).pw_gid)
+            os.setuid(pwd.getpwnam(USER).pw_uid)
+            try:
+                place(str(folder), WANTED, MANIFEST, full=False, check_mode=False)
+                said = "no refusal"
+            except dataset_files.Refused as exc:
+                said = str(exc)
+            os.write(write, said.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    said = os.read(read, 4096).decode()
+    os.close(read)
+    os.waitpid(child, 0)
+    assert said.startswith(f"cannot reach {folder}: Permission denied"), said
