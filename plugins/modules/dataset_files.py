@@ -256,7 +256,8 @@ def make_folders(fd, where, missing, owner):
     one was made."""
     folder, made = make_parents(fd, where, missing, FOLDER_MODE, owner)
     try:
-        incoming, made_incoming = make_parents(folder, where, [INCOMING], FOLDER_MODE, owner)
+        path = os.path.join(where, *missing)
+        incoming, made_incoming = make_parents(folder, path, [INCOMING], FOLDER_MODE, owner)
         os.close(incoming)
     except BaseException:
         os.close(folder)
