@@ -1,6 +1,6 @@
 # The two commands the README starts with:
 #   make cluster   local cluster up (4 systemd nodes, two NICs each) and `ansible-playbook site.yml` on it
-#   make test      every test: lint, syntax, unit tests, molecule (default, source_builds), end to end
+#   make test      every test: lint, syntax, unit, integration, molecule (default, source_builds), end to end
 NODES ?= 4
 # cntk, numpy, or auto: cntk when its Python 3.6 can be had, else numpy (said in one line)
 BACKEND ?= auto
@@ -21,7 +21,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # test harness's tools (tools/: python -m local_cluster).
 export PYTHONPATH := $(CURDIR)/.collections:$(CURDIR)/tools
 
-.PHONY: cluster test venv up down status site artifacts lint syntax unit molecule slow e2e bench docs clean
+.PHONY: cluster test venv up down status site artifacts lint syntax unit integration molecule slow e2e bench docs clean
 
 cluster: up site
 
@@ -50,7 +50,13 @@ site: venv
 artifacts: venv
 	ansible-playbook $(if $(INVENTORY),-i $(INVENTORY)) playbooks/artifacts.yml
 
-test: lint syntax unit molecule slow e2e
+# The test tiers, cheapest first:
+#   unit         no root, no Docker, no nodes (a few minutes): what is not marked `cluster` (pytest.ini)
+#   integration  the tests marked `cluster`: the shared 2-node `sec` cluster (tests/conftest.py), the
+#                1-node Mitogen one, the installed collection's converge
+#   e2e          tests/e2e: clusters of 2 to 6 nodes, real CNTK, Slurm, GlusterFS, the fabric network
+# Under CI=true (.ci/run) a test whose prerequisite is missing fails instead of skipping (tests/prerequisites.py).
+test: lint syntax unit integration molecule slow e2e
 
 lint: venv
 	yamllint --strict .
@@ -60,7 +66,10 @@ syntax: venv
 	ansible-playbook --syntax-check site.yml playbooks/*.yml
 
 unit: venv
-	pytest -q --durations=15 tests --ignore=tests/e2e
+	pytest -q --durations=15 -m "not cluster" tests --ignore=tests/e2e
+
+integration: venv
+	pytest -q --durations=15 -m cluster tests --ignore=tests/e2e
 
 e2e: venv
 	pytest -q --durations=30 tests/e2e

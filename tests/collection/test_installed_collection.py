@@ -73,6 +73,7 @@ def test_the_installed_site_playbook_passes_the_syntax_check(installed):
         in result.stdout
 
 
+@pytest.mark.cluster
 def test_the_installed_collection_converges_the_local_cluster(installed, sec_cluster):
     """site.yml from the installed copy, on the cluster the checkout converged: it runs to its end with the
     collection's own roles, plugins, matrix and module_utils, and changes nothing (the user's project is the

@@ -22,7 +22,7 @@ NAME = "sec"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
+pytestmark = pytest.mark.cluster
 ARGS = {"model": "mlp", "epochs": 60, "minibatch": 64, "lr": 0.2, "seed": 1, "progress-every": 20}
 
 

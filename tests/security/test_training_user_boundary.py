@@ -2,7 +2,6 @@
 2-node local cluster (conftest.py): root never acts through the user's
 ~/.ssh or folders, and the cluster key is the only key admitted."""
 
-import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +14,7 @@ NAME = "sec"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 KEYS = ROOT / ".secrets" / NAME
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
+pytestmark = pytest.mark.cluster
 
 
 def on_node(node, command):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import prerequisites
 from cluster_helpers import LOCAL_CLUSTER
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -19,11 +20,10 @@ ANSIBLE = str(Path(sys.executable).with_name("ansible"))
 # A shell task's parent: under mitogen, a Python that calls itself python3(mitogen:...).
 PARENT = 'tr "\\0" " " </proc/$PPID/cmdline'
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
-
 
 @pytest.fixture(scope="module")
 def cluster():
+    prerequisites.require(*prerequisites.LOCAL_CLUSTER)
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
     subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.101", "--nodes=1", "--backend=numpy"],
                    check=True, capture_output=True, text=True)
@@ -43,12 +43,14 @@ def on_node1(tmp_path, strategy=None):
                            "-a", PARENT], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
 
 
+@pytest.mark.cluster
 def test_mitogen_runs_the_tasks_by_default(cluster, tmp_path):
     result = on_node1(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "(mitogen:" in result.stdout
 
 
+@pytest.mark.cluster
 def test_linear_turns_it_off(cluster, tmp_path):
     result = on_node1(tmp_path, "linear")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -60,6 +62,7 @@ REFUSED = {"mitogen_linear": "SSH reported an unrecognized or mismatching host k
            "linear": "Host key verification failed"}
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("strategy", REFUSED)
 def test_a_changed_host_key_is_refused(cluster, tmp_path, strategy):
     pinned = cluster.read_text()
@@ -81,6 +84,7 @@ def test_a_changed_host_key_is_refused(cluster, tmp_path, strategy):
     assert on_node1(tmp_path / "again", strategy).returncode == 0
 
 
+@pytest.mark.cluster
 def test_an_unknown_host_is_refused(cluster, tmp_path):
     pinned = cluster.read_text()
     cluster.write_text("")
@@ -116,6 +120,7 @@ def test_commands_on_the_controller_may_use_every_cpu(tmp_path):
     assert cpus == os.sched_getaffinity(0), shown
 
 
+@pytest.mark.cluster
 def test_a_collection_module_and_filter_run_with_the_collections_listed_once(cluster, tmp_path):
     """The shim lists the installed collections once per run and imports this collection's filter files
     before the workers fork: a collection module that imports the collection's module_utils still finds
