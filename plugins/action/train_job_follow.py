@@ -8,6 +8,7 @@ Never fails itself: the role fails after collecting every rank's log.
 """
 
 import re
+import secrets
 import shlex
 import signal
 import time
@@ -22,6 +23,13 @@ display = Display()
 
 SEPARATOR = "@@train_job_follow@@"
 SLURM_SEPARATOR = "@@train_job_follow:slurm@@"
+# squeue's job states (JOB STATE CODES in squeue(1), Slurm 20.11-23.x): a line whose state is not one of them is
+# not Slurm's answer.
+SLURM_STATES = frozenset(slurm_job.ACTIVE_STATES) | {
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+    "REVOKED", "SPECIAL_EXIT", "TIMEOUT"}
+# squeue's %r (a reason code: letters, digits, a few marks) and %N (a hostlist: names, brackets, ranges).
+_SLURM_LINE = re.compile(r"([A-Z_]+)\|([A-Za-z0-9_:,.()/ -]{0,200})\|([A-Za-z0-9_.,\[\]-]{0,4096})")
 # Polls in a row that find a Slurm job gone from the queue with no exit code written before its end is read
 # from scontrol (the script may be writing the file as the job leaves the queue).
 GONE_POLLS = 2
@@ -84,17 +92,44 @@ def _plain(name, limit=RECORD_BYTES):
     return f"{{ [ ! -L {name} ] && [ -f {name} ] && tail -c {limit} {name}; }} 2>/dev/null"
 
 
-def probe_script(run_dir):
+def separators(token):
+    """This run's (separator, Slurm separator): a token the follower drew, so that nothing the job wrote
+    before the poll (its metrics line, its exit code file) can carry one."""
+    return f"@@train_job_follow:{token}@@", f"@@train_job_follow:slurm:{token}@@"
+
+
+def probe_script(run_dir, separator=SEPARATOR):
     """One poll, as the training user: touch the heartbeat, print the exit code (if any), the separator and
     the metrics file's last line, reading at most METRICS_TAIL_BYTES of it and nothing but regular files."""
     return (f"cd {shlex.quote(run_dir)} && touch -h {job_files.HEARTBEAT} && {_plain(job_files.EXIT_CODE, 16)}; "
-            f"echo {SEPARATOR}; [ ! -L {job_files.OUTPUT_DIR} ] && "
+            f"echo {separator}; [ ! -L {job_files.OUTPUT_DIR} ] && "
             f"{_plain(job_files.OUTPUT_DIR + '/' + job_files.METRICS, METRICS_TAIL_BYTES)} | tail -n 1")
 
 
-def slurm_probe(job_id):
-    """squeue's state, reason and nodes of the job, after SLURM_SEPARATOR (nothing once it left the queue)."""
-    return (f"; echo {SLURM_SEPARATOR}; squeue --noheader --jobs={job_id} --format='%T|%r|%N' 2>/dev/null; true")
+def slurm_probe(job_id, separator=SLURM_SEPARATOR):
+    """squeue's state, reason and nodes of the job, then `separator` (nothing before it once the job left the
+    queue). It runs first: what follows it (the job's own files) cannot pose as Slurm's answer."""
+    return f"squeue --noheader --jobs={job_id} --format='%T|%r|%N' 2>/dev/null; echo {separator}; "
+
+
+def slurm_line(text):
+    """(state, reason, nodelist) of squeue's first line when it is one Slurm could have written (a known state,
+    a reason code, a hostlist), else ('', '', '')."""
+    match = _SLURM_LINE.fullmatch(text.strip().partition("\n")[0].strip())
+    if not match or match.group(1) not in SLURM_STATES:
+        return "", "", ""
+    return match.groups()
+
+
+def scontrol_fields(text, job_id, name):
+    """`scontrol show job --oneliner`'s fields from JobState on, when its line is this job's as submitted
+    ("JobId=<id> JobName=<name> UserId=..."): the job's name, which its owner may change, is the one free text
+    before JobState, so a renamed job's line is not read at all ({})."""
+    head = f"JobId={job_id} JobName={name} UserId="
+    text = text.strip()
+    if not text.startswith(head) or "\n" in text:
+        return {}
+    return dict(slurm_job.show_job(text[len(head):]), JobId=str(job_id))
 
 
 class Interrupted(BaseException):
@@ -117,7 +152,7 @@ def _interrupt(signum, frame):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "layout", "poll_seconds", "name", "timeout", "user", "heartbeat_timeout",
-                             "slurm_job"))
+                             "slurm_job", "pending_timeout"))
 
     def _remote(self, command):
         result = self._low_level_execute_command(command, sudoable=True)
@@ -153,14 +188,19 @@ class ActionModule(ActionBase):
         poll = max(1, int(args.get("poll_seconds", 3)))
         quoted = shlex.quote(run_dir)
         user = args["user"]
+        separator, slurm_separator = separators(secrets.token_hex(16))
         # The training user's folder, read as that user, and never through a symlink there.
-        probe = probe_script(run_dir)
+        probe = probe_script(run_dir, separator)
         slurm_id = str(args.get("slurm_job") or "")
         if slurm_id and not slurm_id.isdigit():
             raise AnsibleError(f"train_job_follow: slurm_job {slurm_id!r} is not a Slurm job id")
         if slurm_id:
-            probe += slurm_probe(slurm_id)
-        queued, gone, slurm_end = None, 0, None
+            probe = slurm_probe(slurm_id, slurm_separator) + probe
+        # How long a Slurm job may wait in the queue at a time (0: as long as it takes).
+        pending_timeout = int(args.get("pending_timeout", 0))
+        if pending_timeout < 0:
+            raise AnsibleError(f"train_job_pending_timeout is {pending_timeout}: give seconds, or 0 for no bound")
+        queued, gone, slurm_end, pending_since = None, 0, None, None
         # (state, nodes, rank 0's last step) at each poll: the attempts of a job Slurm requeued.
         history, running = [], False
         # run.sh stops the job once its heartbeat is this old: the follower gives up as late, not sooner.
@@ -174,10 +214,13 @@ class ActionModule(ActionBase):
         try:
             while rc is None:
                 try:
-                    answer = self._poll(user, probe)
-                    if SEPARATOR not in answer:
-                        raise AnsibleError(f"the probe did not run as {user}: {answer.strip()[:200]!r}")
-                    exit_text, _, metrics = answer.partition(SEPARATOR)
+                    raw = self._poll(user, probe)
+                    # Slurm's answer first, up to its separator; the job's files after.
+                    queue, _, answer = raw.partition(slurm_separator) if slurm_id else ("", "", raw)
+                    if separator not in answer:
+                        raise AnsibleError(f"the probe did not run as {user}: "
+                                           f"{job_files.printable(raw.strip()[:200])!r}")
+                    exit_text, _, metrics = answer.partition(separator)
                     missed, answered = 0, time.monotonic()
                 except AnsibleError as exc:
                     missed += 1
@@ -190,9 +233,7 @@ class ActionModule(ActionBase):
                     time.sleep(poll)
                     continue
                 if slurm_id:
-                    metrics, _, queue = metrics.partition(SLURM_SEPARATOR)
-                    state, _, rest = queue.strip().partition("\n")[0].partition("|")
-                    why, _, nodelist = rest.partition("|")
+                    state, why, nodelist = slurm_line(queue)
                     if state == "RUNNING":
                         running = True
                     elif running and state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
@@ -201,18 +242,28 @@ class ActionModule(ActionBase):
                         display.display(f"{name}: Slurm requeued job {slurm_id} ({why or state}): it starts again "
                                         "on the nodes left and continues from its last checkpoint")
                     if state == "PENDING":
-                        # Its time starts when Slurm starts it.
-                        deadline = time.monotonic() + int(args.get("timeout", 7200)) + DEADLINE_GRACE_S
+                        # Its time starts when Slurm starts it; its wait has a bound of its own.
+                        now = time.monotonic()
+                        pending_since = now if pending_since is None else pending_since
+                        deadline = now + int(args.get("timeout", 7200)) + DEADLINE_GRACE_S
                         if why != queued:
                             queued = why
                             display.display(f"{name}: Slurm job {slurm_id} is queued ({why})")
+                        if pending_timeout and now - pending_since > pending_timeout:
+                            self._stop_job(run_dir, user, slurm_id)
+                            gave_up = (f"Slurm job {slurm_id} waited in the queue for more than {pending_timeout} s "
+                                       f"({why or 'no reason given'}): cancelled by the controller. Free the "
+                                       "nodes (squeue, sinfo -R) or raise train_job_pending_timeout")
+                            break
+                    else:
+                        pending_since = None
                     gone = gone + 1 if state not in slurm_job.ACTIVE_STATES else 0
                 if time.monotonic() > deadline:
                     self._stop_job(run_dir, user, slurm_id)
                     gave_up = (f"the job outlived train_job_timeout by {DEADLINE_GRACE_S} s without run.sh "
                                "stopping it: stopped by the controller")
                     break
-                line = metrics.strip()
+                line = job_files.printable(metrics).strip()
                 record = job_files.parse_metrics_line(line) if line != last_line else None
                 # A line being written is None; the next poll has it whole.
                 if record is not None:
@@ -223,10 +274,14 @@ class ActionModule(ActionBase):
                     history.append((state, nodelist, None if step is None else int(step)))
                 rc = job_files.parse_exit_code(exit_text)
                 if rc is None and gone >= GONE_POLLS:
-                    fields = slurm_job.show_job(self._as_user(user, f"scontrol show job --oneliner {slurm_id} 2>&1"))
+                    fields = scontrol_fields(self._as_user(user, f"scontrol show job --oneliner {slurm_id} 2>&1"),
+                                             slurm_id, name)
                     # Between a node's failure and its requeue the job may be out of squeue's view a moment.
                     if fields.get("JobState") in slurm_job.ACTIVE_STATES:
                         gone = 0
+                    elif not fields:
+                        rc, slurm_end = 255, (f"Slurm no longer shows job {slurm_id} as it was submitted (ended more "
+                                              f"than MinJobAge ago, or renamed from {name}): its end is unknown")
                     else:
                         rc, slurm_end = slurm_job.ended(fields)
                 if rc is None:
