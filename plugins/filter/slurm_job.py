@@ -19,8 +19,12 @@ def train_job_slurm_queue(text):
     return slurm_job.queue_lines(text)
 
 
+def train_job_slurm_busy(text, user, name):
+    return slurm_job.busy_jobs(text, str(user), str(name))
+
+
 class FilterModule:
     def filters(self):
         return {"train_job_sbatch_options": train_job_sbatch_options,
                 "train_job_uniform_slots": train_job_uniform_slots, "train_job_slurm_queue": train_job_slurm_queue,
-                "train_job_requeue_mapping": train_job_requeue_mapping}
+                "train_job_requeue_mapping": train_job_requeue_mapping, "train_job_slurm_busy": train_job_slurm_busy}

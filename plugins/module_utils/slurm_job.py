@@ -118,3 +118,24 @@ def queue_lines(text, prefix=COMMENT_PREFIX):
         if len(parts) == 5 and parts[4].startswith(prefix + ":"):
             jobs.append(dict(zip(("id", "name", "user", "state", "comment"), parts)))
     return jobs
+
+
+# squeue's format for busy_jobs: what Slurm fills in (id, user, state) before what the job's owner chose (name,
+# comment, either of which may hold a "|").
+BUSY_FORMAT = "%i|%u|%T|%j|%k"
+
+
+def busy_jobs(text, user, name, prefix=COMMENT_PREFIX):
+    """The jobs in `squeue --noheader --format=BUSY_FORMAT` output that hold this job's name for the project:
+    the training `user`'s, named `name`, with the project's comment. Another account's job of the same name
+    and comment is that account's (any user may set both) and does not count."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) != 4 or not parts[0].isdigit():
+            continue
+        job_name, _, job_comment = parts[3].partition("|")
+        if parts[1] == user and job_name == name and job_comment.startswith(f"{prefix}:{name}:"):
+            jobs.append({"id": parts[0], "name": job_name, "user": parts[1], "state": parts[2],
+                         "comment": job_comment})
+    return jobs

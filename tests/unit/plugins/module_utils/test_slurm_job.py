@@ -1,7 +1,11 @@
 """The train step's Slurm job: sbatch options from the layout, and what squeue and scontrol say afterwards."""
 
-import pytest
+import pathlib
 
+import pytest
+import yaml
+
+from ansible_collections.cntk.cluster.plugins.filter import slurm_job as filter_plugin
 from ansible_collections.cntk.cluster.plugins.module_utils import slurm_job
 
 LAYOUT = [{"host": f"node{i}", "slots": 2, "ranks": [2 * i - 2, 2 * i - 1]} for i in (1, 2, 3, 4)]
@@ -92,3 +96,37 @@ def test_a_requeued_job_maps_its_ranks_over_the_nodes_it_has(tmp_path, nodes, pe
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
                          env={"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "x"}).stdout
     assert out.strip() == f"ppr:{per_node}:node"
+
+
+BUSY = ("41|eve|PENDING|digits|cntk.cluster:digits:x\n"
+        "42|eve|PENDING|digits|cntk|RUNNING|cntk.cluster:digits:x\n"
+        "43|cntk|PENDING|digits|(null)\n"
+        "44|cntk|RUNNING|other|cntk.cluster:other:20261203T000100Z\n")
+
+
+def test_another_accounts_job_of_the_same_name_and_comment_blocks_nothing():
+    """Any Slurm user can `sbatch --hold --job-name=digits --comment=cntk.cluster:digits:x`; a name holding
+    "|" cannot pose as the user column either (Slurm's own columns come first)."""
+    assert slurm_job.busy_jobs(BUSY, "cntk", "digits") == []
+
+
+def test_the_training_users_job_of_this_name_blocks():
+    text = BUSY + "45|cntk|PENDING|digits|cntk.cluster:digits:20261203T000000Z\n"
+    assert slurm_job.busy_jobs(text, "cntk", "digits") == [
+        {"id": "45", "name": "digits", "user": "cntk", "state": "PENDING",
+         "comment": "cntk.cluster:digits:20261203T000000Z"}]
+    assert slurm_job.busy_jobs(text, "cntk", "other") == [
+        {"id": "44", "name": "other", "user": "cntk", "state": "RUNNING",
+         "comment": "cntk.cluster:other:20261203T000100Z"}]
+
+
+def test_busy_yml_asks_squeue_for_the_training_users_jobs_in_the_format_busy_jobs_reads():
+    """The decision is busy_jobs'; the role's squeue call must give it the training user's jobs only, in its
+    column order."""
+    tasks = yaml.safe_load((pathlib.Path(__file__).parents[4] / "roles/train_job/tasks/busy.yml").read_text())
+    look = next(task for task in tasks if task["name"] == "Look for this job in Slurm's queue")
+    argv = look["ansible.builtin.command"]["argv"]
+    assert "--user={{ cluster_training_user }}" in argv and f"--format={slurm_job.BUSY_FORMAT}" in argv
+    refuse = next(task for task in tasks if task["name"].startswith("Refuse a second job"))
+    assert "train_job_slurm_busy(cluster_training_user, train_job_name)" in refuse["loop"]
+    assert filter_plugin.FilterModule().filters()["train_job_slurm_busy"](BUSY, "cntk", "digits") == []
