@@ -68,3 +68,31 @@ def full_snapshot(out):
 
 def manifest_of(out):
     return json.loads((out / "manifest.json").read_text())
+
+
+def demo_ctf_line(features=64, labels=10, value="0.8125"):
+    """A line shaped as the demo's data: dense |features and one-hot |labels."""
+    return ("|features " + " ".join([value] * features) + " |labels " + " ".join(["0"] * (labels - 1) + ["1"])
+            + "\n")
+
+
+def hostile_ctf_files(folder, lines=1000):
+    """{name: (path, the line the check must refuse)}: CTF files shaped as the demo's with one bad line where a
+    backtracking check pays most (a misspelled stream after every value), a 1 MB line among short ones, and a
+    file of bad lines only; "clean" and "wide_clean" (line 0: nothing to refuse) are their shapes without a fault."""
+    good = demo_ctf_line()
+    wide = demo_ctf_line(features=1024, value="12")
+    files = {
+        "clean": (good * lines, 0),
+        "bad_name_line_700": (good * 699 + good.replace("|labels", "|lables") + good * (lines - 700), 700),
+        "bad_name_last_line": (good * (lines - 1) + good.replace("|labels", "|lables").rstrip("\n"), lines),
+        "wide_clean": (wide * lines, 0),
+        "wide_bad_name_line_700": (wide * 699 + wide.replace("|labels", "|lables") + wide * (lines - 700), 700),
+        "wide_bad_name_last_line": (wide * (lines - 1) + wide.replace("|labels", "|lables"), lines),
+        "one_1mb_line": (good * 500 + demo_ctf_line(features=(1 << 20) // 7) + good * 499, 501),
+        "only_bad_lines": (good.replace(" 1\n", " 1;\n") * lines, 1),  # not a value: no line is CTF
+    }
+    out = {}
+    for name, (text, bad_line) in files.items():
+        out[name] = (write(folder / name / "train.ctf", text), bad_line)
+    return out
