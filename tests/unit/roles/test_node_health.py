@@ -18,44 +18,42 @@ health = source_modules.load(ROOT / "roles/slurm/files/node_health.py", "cntk_no
 
 
 def lay_out(data_dir, shards):
+    """The shards and the training user's manifest.json, as the data step leaves them; root's record of them
+    ({name: bytes}) returned."""
     data_dir.mkdir(parents=True, exist_ok=True)
     for name, size in shards.items():
         (data_dir / name).write_bytes(b"x" * size)
     (data_dir / "manifest.json").write_text(json.dumps(
         {"shards": [{"shard": name, "rank": i, "bytes": size} for i, (name, size) in enumerate(shards.items())]}))
+    return dict(shards)
 
 
-def test_data_passes_when_the_shards_are_there_and_records_them(tmp_path):
-    lay_out(tmp_path / "d", {"shard-00000.ctf": 100, "shard-00001.ctf": 50})
-    problem, record = health.check_data(str(tmp_path / "d"), None)
-    assert problem is None and record == {"shard-00000.ctf": 100, "shard-00001.ctf": 50}
+def test_data_passes_when_the_recorded_shards_are_there(tmp_path):
+    record = lay_out(tmp_path / "d", {"shard-00000.ctf": 100, "shard-00001.ctf": 50})
+    assert health.check_data(str(tmp_path / "d"), record) is None
 
 
 def test_data_fails_when_the_folder_cannot_hold_what_the_record_says(tmp_path, monkeypatch):
-    """The manifest is gone with the folder's old disk (a small disk mounted over it): the last good record says
-    what the node must hold."""
+    """A small disk mounted over the data folder: root's record says what the node must hold."""
     (tmp_path / "d").mkdir()
     monkeypatch.setattr(health.shutil, "disk_usage", lambda path: type("U", (), {"free": 64 << 10})())
-    problem, _ = health.check_data(str(tmp_path / "d"), {"shard-00000.ctf": 3 << 20})
+    problem = health.check_data(str(tmp_path / "d"), {"shard-00000.ctf": 3 << 20})
     assert problem.startswith("data: ") and "64.0 KiB free" in problem and "3.0 MiB" in problem
     assert "1 missing" in problem
 
 
 def test_data_counts_the_bytes_already_there(tmp_path, monkeypatch):
-    lay_out(tmp_path / "d", {"shard-00000.ctf": 1000})
+    record = lay_out(tmp_path / "d", {"shard-00000.ctf": 1000})
     monkeypatch.setattr(health.shutil, "disk_usage", lambda path: type("U", (), {"free": 10})())
-    assert health.check_data(str(tmp_path / "d"), None)[0] is None
+    assert health.check_data(str(tmp_path / "d"), record) is None
     (tmp_path / "d" / "shard-00000.ctf").write_bytes(b"x" * 100)
-    assert "900 B short" in health.check_data(str(tmp_path / "d"), None)[0]
+    assert "900 B short" in health.check_data(str(tmp_path / "d"), record)
 
 
-def test_data_passes_before_any_data_step_and_refuses_a_linked_manifest(tmp_path):
-    assert health.check_data(str(tmp_path / "none"), None) == (None, None)
-    (tmp_path / "d").mkdir()
-    (tmp_path / "secret").write_text("{}")
-    (tmp_path / "d" / "manifest.json").symlink_to(tmp_path / "secret")
-    problem, _ = health.check_data(str(tmp_path / "d"), None)
-    assert "cannot be read" in problem
+def test_data_passes_before_any_data_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(health, "RECORD", str(tmp_path / "no-record.json"))
+    assert health.load_record(str(tmp_path / "d")) == {}
+    assert health.check_data(str(tmp_path / "none"), {}) is None
 
 
 def test_the_data_check_runs_as_the_training_user_and_sees_what_that_user_sees(monkeypatch):
@@ -72,11 +70,12 @@ def test_the_data_check_runs_as_the_training_user_and_sees_what_that_user_sees(m
         (top / "open").chmod(0o755)
         for path in (top / "open").iterdir():
             path.chmod(0o644)
-        assert health.data_as("nobody", str(top / "open"), None) == (None, {"shard-00000.ctf": 10})
+        assert health.data_as("nobody", str(top / "open"), {"shard-00000.ctf": 10}) == (None, "")
+        assert "1 missing" in health.data_as("nobody", str(top / "open"), {"shard-00000.ctf": 10, "x": 1 << 60})[0]
         lay_out(top / "closed", {"shard-00000.ctf": 10})
         (top / "closed").chmod(0o700)
         problem, _ = health.data_as("nobody", str(top / "closed"), {"shard-00000.ctf": 10})
-        assert problem.startswith("data: ") and "closed" in problem, problem
+        assert problem.startswith("data: ") and "closed" in problem and "cannot be reached" in problem, problem
     finally:
         shutil.rmtree(top)
 
@@ -103,11 +102,12 @@ def test_fabric_reads_this_machines_own_loopback():
 
 def test_backend_names_the_python_and_the_import_error():
     ok = subprocess.run([sys.executable, "-c", "import json"], capture_output=True, text=True)
-    assert health.check_backend(ok, sys.executable, ["json"]) is None
     bad = subprocess.run([sys.executable, "-c", "import no_such_backend"], capture_output=True, text=True)
-    problem = health.check_backend(bad, sys.executable, ["no_such_backend"])
-    assert problem.startswith(f"backend: {sys.executable} cannot import no_such_backend")
-    assert "ModuleNotFoundError" in problem
+    assert health.check_backend(ok, sys.executable, ["json"]) == (None, "")
+    problem, detail = health.check_backend(bad, sys.executable, ["no_such_backend"])
+    assert problem == f"backend: {sys.executable} cannot import no_such_backend (exit status 1)"
+    # The import's words are the training user's (its site-packages): in the output, not in a drain reason.
+    assert "ModuleNotFoundError" in detail
 
 
 def test_gpus_count_what_nvidia_smi_lists():
@@ -125,19 +125,20 @@ def node(tmp_path, monkeypatch):
               "user": "cntk", "python": "", "modules": [], "gpus": 0}
     (tmp_path / "health.json").write_text(json.dumps(config))
     monkeypatch.setattr(health, "CONFIG", str(tmp_path / "health.json"))
-    monkeypatch.setattr(health, "STATE", str(tmp_path / "state" / "health-data.json"))
-    calls = {"updates": [], "state": "IDLE", "reason": "", "ip": ip_json(addresses=("10.42.0.13",))}
+    monkeypatch.setattr(health, "RECORD", str(tmp_path / "state" / "data-record.json"))
+    calls = {"updates": [], "state": "idle", "reason": "none", "ip": ip_json(addresses=("10.42.0.13",))}
 
     def output_or_none(argv):
         if argv[0] == "ip":
             return calls["ip"]
-        if argv[:3] == ["scontrol", "-o", "show"]:
-            return f"NodeName=node3 State={calls['state']}" + (f" Reason={calls['reason']}" if calls["reason"] else "")
+        if argv == ["sinfo", "--noheader", "--Node", "--nodes=node3", "--format=%T|%E"]:
+            # One line a partition the node is in.
+            return f"{calls['state']}|{calls['reason']}\n" * 2
         raise AssertionError(argv)
 
     monkeypatch.setattr(health, "output_or_none", output_or_none)
-    # As root, without the training user's account (data_as itself: the test below).
-    monkeypatch.setattr(health, "data_as", lambda user, data_dir, recorded: health.check_data(data_dir, recorded))
+    # As root, without the training user's account (data_as itself: the test above).
+    monkeypatch.setattr(health, "data_as", lambda user, data_dir, files: (health.check_data(data_dir, files), ""))
     monkeypatch.setattr(health, "scontrol_update", lambda n, **fields: calls["updates"].append((n, fields)))
     return calls
 
@@ -152,7 +153,7 @@ def test_a_failing_node_is_drained_naming_the_check_and_the_value(node, capsys):
 
 
 def test_an_operators_drain_is_kept_and_our_own_is_resumed_once_healthy(node):
-    node["state"], node["reason"] = "IDLE+DRAIN", "replacing the PSU [admin]"
+    node["state"], node["reason"] = "drained", "replacing the PSU [admin]"
     node["ip"] = None
     assert health.main([]) == 1
     assert node["updates"] == []
@@ -164,11 +165,11 @@ def test_an_operators_drain_is_kept_and_our_own_is_resumed_once_healthy(node):
     assert node["updates"] == [("node3", {"State": "RESUME"})]
 
 
-def test_the_record_of_the_shards_survives_their_manifest(node, tmp_path, monkeypatch):
-    lay_out(tmp_path / "data", {"shard-00000.ctf": 4096})
+def test_the_data_check_measures_against_roots_record(node, tmp_path, monkeypatch):
+    record = lay_out(tmp_path / "data", {"shard-00000.ctf": 4096})
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "data-record.json").write_text(json.dumps({str(tmp_path / "data"): record}))
     assert health.main([]) == 0
-    assert json.loads((tmp_path / "state" / "health-data.json").read_text()) == {
-        str(tmp_path / "data"): {"shard-00000.ctf": 4096}}
     for path in (tmp_path / "data").iterdir():
         path.unlink()
     monkeypatch.setattr(health.shutil, "disk_usage", lambda path: type("U", (), {"free": 100})())
