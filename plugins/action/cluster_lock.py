@@ -1,16 +1,20 @@
 """Take or release the cluster's lock on the head node, naming its holder.
 
-The holder is this ansible-playbook process: the controller's host name and
-boot, the process's pid and its start time (a pid reused after a reboot or by
-another program is not the holder). A lock whose holder is a process of this
-controller that is gone (Ctrl-C, a killed run) is stale and taken over, said
-in one line; a lock held from another controller is refused, naming it, unless
-cluster_lock_break is set.
+The holder is this ansible-playbook process: the controller's id (made once,
+kept in its user's home, 0600: CONTROLLER_ID), host name and boot, the
+process's pid and its start time (a pid reused after a reboot or by another
+program is not the holder). A lock whose holder has this controller's id and
+whose process is gone (Ctrl-C, a killed run, an earlier boot) is stale and
+taken over, said in one line; a lock held from another controller, whatever
+its host name, is refused, naming it, unless cluster_lock_break is set.
 """
 
 import getpass
 import os
+import re
+import secrets
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -19,6 +23,41 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 display = Display()
+
+# This controller's id: two machines may share a host name (ubuntu, runner), never this file's random id.
+CONTROLLER_ID = "~/.cache/cntk-cluster/controller-id"
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def controller_id(path=CONTROLLER_ID):
+    """This controller's id, made at its first use: 32 hex digits in a file of its user's (0600, in a folder
+    0700). A file another user owns or may write, or a link, is refused: it would say whose locks are ours."""
+    path = os.path.expanduser(path)
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(16) + "\n")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        raise AnsibleActionFail(f"this controller's id {path} cannot be read ({error.strerror}): remove it, "
+                                "it is made again") from None
+    with os.fdopen(fd) as handle:
+        status = os.fstat(handle.fileno())
+        text = handle.read(64).strip()
+    for where, st in ((path, status), (folder, os.stat(folder))):
+        if st.st_uid != os.geteuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise AnsibleActionFail(f"this controller's id {where} is not this user's alone (owner uid {st.st_uid}, "
+                                    f"mode {stat.S_IMODE(st.st_mode):04o}): another user could make this "
+                                    "controller take over its locks. Remove it; it is made again, 0600")
+    if not stat.S_ISREG(status.st_mode) or not _ID.fullmatch(text):
+        raise AnsibleActionFail(f"this controller's id {path} is not 32 hex digits: remove it, it is made again")
+    return text
 
 
 def _boot_id():
@@ -37,22 +76,30 @@ def _process_start(pid):
     return fields[19] if len(fields) > 19 else ""
 
 
-def this_holder(step):
+def token(ident, controller, boot, pid, start):
+    return f"{ident}/{controller}/{boot}/{pid}/{start}"
+
+
+def this_holder(step, ident=None):
     pid = os.getppid()  # the worker's parent: ansible-playbook itself
+    ident = ident or controller_id()
     controller, boot, start = socket.gethostname(), _boot_id(), _process_start(pid)
-    return {"token": f"{controller}/{boot}/{pid}/{start}", "step": step, "controller": controller,
-            "boot_id": boot, "pid": pid, "user": getpass.getuser(),
+    return {"token": token(ident, controller, boot, pid, start), "step": step, "controller": controller,
+            "controller_id": ident, "boot_id": boot, "pid": pid, "user": getpass.getuser(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def is_stale(holder, ours):
-    """A holder on this controller, this boot, whose process is gone; or one from an earlier boot of it."""
-    if holder.get("controller") != ours["controller"]:
+    """A holder with this controller's id (and host name) whose process is gone: in an earlier boot, or in
+    this one. A holder without this id (another machine of the same name, an older release's lock) never is."""
+    if not ours.get("controller_id") or holder.get("controller_id") != ours["controller_id"] \
+            or holder.get("controller") != ours["controller"]:
         return False
     if holder.get("boot_id") != ours["boot_id"]:
         return True
     pid = holder.get("pid")
-    return not isinstance(pid, int) or f"{ours['controller']}/{ours['boot_id']}/{pid}/{_process_start(pid)}" \
+    return not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or \
+        token(ours["controller_id"], ours["controller"], ours["boot_id"], pid, _process_start(pid)) \
         != holder.get("token")
 
 

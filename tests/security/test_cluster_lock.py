@@ -7,9 +7,12 @@ test_train_runs.py)."""
 import importlib.util
 import multiprocessing
 import os
+import re
+import stat
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleActionFail
 
 from ansible_collections.cntk.cluster.plugins.modules import cluster_lock as lock
 
@@ -94,12 +97,60 @@ def test_the_run_file_names_are_the_protocols():
     assert (lock.PID_FILE, lock.EXIT_FILE) == (job_files.PID, job_files.EXIT_CODE)
 
 
-def test_stale_means_this_controller_and_a_process_that_is_gone():
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """The controller user's home: the id is made there."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir(mode=0o700)
+    return tmp_path / "home"
+
+
+def test_stale_means_this_controller_and_a_process_that_is_gone(home):
     ours = action.this_holder("data")
-    me = dict(ours, pid=os.getpid(),
-              token=f"{ours['controller']}/{ours['boot_id']}/{os.getpid()}/{action._process_start(os.getpid())}")
+    me = dict(ours, pid=os.getpid(), token=action.token(ours["controller_id"], ours["controller"], ours["boot_id"],
+                                                        os.getpid(), action._process_start(os.getpid())))
     assert not action.is_stale(me, ours)
     assert action.is_stale(dict(me, token=me["token"] + "0"), ours)  # the pid now runs another process
     assert action.is_stale(dict(me, pid=999999999), ours)
     assert action.is_stale(dict(me, boot_id="an earlier boot"), ours)
     assert not action.is_stale(dict(me, controller="another-controller", pid=999999999), ours)
+
+
+def test_another_controller_of_the_same_host_name_is_never_stale(home):
+    """Two machines named `runner` (CI) or `ubuntu`: the other's live lock, taken in what is another boot to
+    us, and a pid that is not running here, is its own, not an earlier run of this controller."""
+    ours = action.this_holder("train")
+    other = dict(ours, controller_id="0123456789abcdef" * 2, boot_id="its own boot", pid=999999999,
+                 token=f"{'0123456789abcdef' * 2}/{ours['controller']}/its own boot/999999999/1")
+    assert other["controller"] == ours["controller"]
+    assert not action.is_stale(other, ours)
+    assert not action.is_stale(dict(other, boot_id=ours["boot_id"]), ours)
+    # A lock from before controllers had an id: refused (cluster_lock_break takes it), never taken silently.
+    legacy = {key: value for key, value in other.items() if key != "controller_id"}
+    assert not action.is_stale(dict(legacy, boot_id="an earlier boot"), ours)
+
+
+def test_the_controller_id_is_made_once_and_kept_0600(home):
+    first = action.controller_id()
+    path = home / ".cache" / "cntk-cluster" / "controller-id"
+    assert re.fullmatch(r"[0-9a-f]{32}", first) and action.controller_id() == first
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert action.this_holder("data")["controller_id"] == first and action.this_holder("data")["token"].startswith(first)
+
+
+@pytest.mark.parametrize("case", ["group-writable", "folder-open", "link", "garbage"])
+def test_a_controller_id_another_user_could_have_written_is_refused(home, tmp_path, case):
+    path = home / ".cache" / "cntk-cluster" / "controller-id"
+    action.controller_id()
+    if case == "group-writable":
+        path.chmod(0o620)
+    elif case == "folder-open":
+        path.parent.chmod(0o777)
+    elif case == "link":
+        (tmp_path / "theirs").write_text("0123456789abcdef" * 2 + "\n")
+        path.unlink()
+        path.symlink_to(tmp_path / "theirs")
+    else:
+        path.write_text("ubuntu\n")
+    with pytest.raises(AnsibleActionFail, match="controller's id"):
+        action.controller_id()
