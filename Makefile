@@ -1,6 +1,6 @@
 # The two commands the README starts with:
 #   make cluster   local cluster up (4 systemd nodes, two NICs each) and `ansible-playbook site.yml` on it
-#   make test      every test: lint, syntax, unit, integration, molecule (default, source_builds), end to end
+#   make test      every test: lint, syntax, unit, integration, molecule's source_builds, end to end
 NODES ?= 4
 # cntk, numpy, or auto: cntk when its Python 3.6 can be had, else numpy (said in one line)
 BACKEND ?= auto
@@ -11,6 +11,8 @@ NETWORK ?= netns
 SCHEDULER ?= none
 # true (with SCHEDULER=slurm): Slurm's job accounting, slurmdbd and MariaDB on node1.
 ACCOUNTING ?= false
+# container: systemd containers; vm: QEMU virtual machines (software emulation), own kernels and data disks.
+MACHINES ?= container
 # none, or glusterfs: a replicated GlusterFS volume on the nodes, mounted at cluster_shared_dir on each (docs/storage.md).
 STORAGE ?= none
 VENV := .venv
@@ -34,7 +36,7 @@ $(VENV)/.installed: requirements.txt training/requirements.txt
 	touch $@
 
 up: venv
-	$(PY) -m local_cluster up --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK) --scheduler $(SCHEDULER) --storage $(STORAGE) $(if $(filter true,$(ACCOUNTING)),--accounting)
+	$(PY) -m local_cluster up --machines $(MACHINES) --nodes $(NODES) --backend $(BACKEND) --network $(NETWORK) --scheduler $(SCHEDULER) --storage $(STORAGE) $(if $(filter true,$(ACCOUNTING)),--accounting)
 
 down: venv
 	$(PY) -m local_cluster down
@@ -52,11 +54,12 @@ artifacts: venv
 
 # The test tiers, cheapest first:
 #   unit         no root, no Docker, no nodes (a few minutes): what is not marked `cluster` (pytest.ini)
-#   integration  the tests marked `cluster`: the shared 2-node `sec` cluster (tests/conftest.py), the
-#                1-node Mitogen one, the installed collection's converge
+#   integration  the tests marked `cluster`: the shared 2-node `sec` cluster (tests/conftest.py: molecule's
+#                default scenario's steps on it, then the security tests), the 1-node Mitogen one, the
+#                installed collection's converge
 #   e2e          tests/e2e: clusters of 2 to 6 nodes, real CNTK, Slurm, GlusterFS, the fabric network
 # Under CI=true (.ci/run) a test whose prerequisite is missing fails instead of skipping (tests/prerequisites.py).
-test: lint syntax unit integration molecule slow e2e
+test: lint syntax unit integration slow e2e
 
 lint: venv
 	yamllint --strict .
@@ -74,9 +77,11 @@ integration: venv
 e2e: venv
 	pytest -q --durations=30 tests/e2e
 
-# Debian 12 (loopback, with dry runs). Debian 13's row of the distribution matrix runs in e2e on the
-# fabric13 cluster (tests/e2e/test_fabric_network.py: site.yml twice and this scenario's verify), not on a
-# cluster of its own; `molecule test -s debian13` still runs it alone.
+# Molecule's scenarios, each on a cluster of its own, for running by hand: `make test` runs what they check
+# on clusters other tests bring up anyway. The default one (Debian 12, loopback, with dry runs) runs in the
+# integration tier on the sec cluster (tests/conftest.py's sec_converge, tests/test_sec_cluster.py); Debian 13's
+# row of the distribution matrix in e2e on the fabric13 cluster (tests/e2e/test_fabric_network.py: site.yml
+# twice and the default scenario's verify); `molecule test -s debian13` runs it alone.
 molecule: venv
 	molecule test
 

@@ -6,7 +6,8 @@ import sys
 
 import local_cluster
 from local_cluster import ClusterError
-from local_cluster.cluster import STORAGES, Cluster
+from local_cluster.cluster import MACHINES, Cluster
+from local_cluster.vm import VM_STORAGES, VMs
 from local_cluster.image import NODE_SUITE, NODE_SUITES
 from local_cluster.layout import FIRST_ADDRESS, NETWORKS
 
@@ -32,14 +33,20 @@ def main(argv=None):
     up_parser.add_argument("--accounting", action="store_true", default=os.environ.get("ACCOUNTING") == "true",
                            help="with --scheduler slurm: job accounting, slurmdbd and MariaDB on node1 "
                                 "(slurm_accounting in the inventory)")
-    up_parser.add_argument("--storage", choices=STORAGES, default=os.environ.get("STORAGE") or "none",
+    up_parser.add_argument("--machines", choices=MACHINES, default=os.environ.get("MACHINES") or "container",
+                           help="container: systemd containers (default); vm: QEMU virtual machines (software "
+                                "emulation) with their own kernels, two NICs on the netns layout's bridges and a "
+                                "blank data disk /dev/vdb each")
+    up_parser.add_argument("--storage", choices=VM_STORAGES, default=os.environ.get("STORAGE") or "none",
                            help="none: no shared filesystem (default); glusterfs: a replicated GlusterFS volume "
                                 "over the fabric NICs, mounted on every node (cluster_shared_storage; --network "
-                                "netns)")
+                                "netns or --machines vm); nfs: the kernel's NFS (--machines vm)")
     sub.add_parser("down", help="remove every node; stop the engine if this tool started it")
     sub.add_parser("status", help="list the nodes")
     for verb, text in (("rebuild", "reinstall a node: new disk, new host keys (known_hosts left as it is)"),
-                       ("fingerprints", "print a node's host key fingerprints, read through docker exec")):
+                       ("fingerprints", "print a node's host key fingerprints, read through docker exec"),
+                       ("poweroff", "a VM node's power loss: kill -9 of its QEMU (--machines vm)"),
+                       ("start", "boot a VM node again with the same disks, after a poweroff (--machines vm)")):
         sub.add_parser(verb, help=text).add_argument("node", help="node1, node2, ...")
     for name, command in sub.choices.items():
         command.add_argument("--name", default="local", help="which cluster (default: local)")
@@ -51,13 +58,17 @@ def main(argv=None):
         cluster = Cluster(args.name, getattr(args, "first_address", FIRST_ADDRESS))
         if args.command == "up":
             cluster.up(args.nodes, args.ssh_port, args.backend, args.suite, args.network, args.scheduler,
-                       args.accounting, args.storage)
+                       args.accounting, args.storage, args.machines)
         elif args.command == "down":
             cluster.down()
         elif args.command == "rebuild":
             cluster.rebuild(args.node)
         elif args.command == "fingerprints":
             cluster.fingerprints(args.node)
+        elif args.command == "poweroff":
+            VMs(cluster).poweroff(args.node)
+        elif args.command == "start":
+            VMs(cluster).start(args.node)
         else:
             return cluster.status()
     except ClusterError as exc:

@@ -16,9 +16,13 @@ from local_cluster.inventory import LOCAL_INVENTORY, known_hosts_lines, render_i
 from local_cluster.layout import FABRIC_IFACE, FIRST_ADDRESS, MGMT_IFACE, NETWORKS, netns_links, netns_nodes, nodes_for
 from local_cluster.netns import ensure_bridges, netns_host_networks, plumb, remove_netns_links
 from local_cluster.node import NODE_HOSTS, holder_name, holder_run_argv, node_run_argv
+from local_cluster.vm import VMs
 
-# The shared filesystems a local cluster can have: this kernel has no NFS client or server (docs/storage.md).
+# The shared filesystems a local cluster can have: this kernel has no NFS client or server (docs/storage.md);
+# VM nodes have their own kernels (vm.VM_STORAGES adds nfs).
 STORAGES = ("none", "glusterfs")
+# What a node is: a systemd container (the default) or a QEMU virtual machine (vm.py).
+MACHINES = ("container", "vm")
 
 
 class Cluster:
@@ -66,6 +70,10 @@ class Cluster:
             }
         return found
 
+    def has_containers(self):
+        """True when the Docker engine runs any container of this cluster."""
+        return engine_running() and bool(run(["docker", "ps", "-aq", "--filter", f"label={self.label}"]).stdout.strip())
+
     def controller_key(self):
         key = self.state_dir / "controller_ed25519"
         if not key.exists():
@@ -94,7 +102,15 @@ class Cluster:
     # ------------------------------------------------------------------ verbs
 
     def up(self, count, port, backend="auto", suite=NODE_SUITE, network="loopback", scheduler="none",
-           accounting=False, storage="none"):
+           accounting=False, storage="none", machines="container"):
+        if machines not in MACHINES:
+            raise ClusterError(f"--machines {machines!r}: choose {' or '.join(MACHINES)}")
+        if machines == "vm":
+            # The VMs' own layout is the netns one (two NICs each); --network does not apply.
+            return VMs(self).up(count, port, backend, suite, scheduler, accounting, storage)
+        if VMs(self).recorded():
+            raise ClusterError(f"cluster {self.name} runs VMs: take it down first (down --name {self.name}) or "
+                               "choose another --name")
         if network not in NETWORKS:
             raise ClusterError(f"--network {network!r}: choose {' or '.join(NETWORKS)}")
         netns = network == "netns"
@@ -110,7 +126,8 @@ class Cluster:
         if accounting and scheduler != "slurm":
             raise ClusterError("--accounting is Slurm's job accounting: add --scheduler slurm")
         if storage not in STORAGES:
-            raise ClusterError(f"--storage {storage!r}: choose {', '.join(STORAGES)}")
+            raise ClusterError(f"--storage {storage!r}: choose {', '.join(STORAGES)} (nfs: with --machines vm, "
+                               "this kernel has no NFS)")
         # The nodes get FUSE whenever this machine has it: a node made without it is made again only for storage.
         fuse = Path("/dev/fuse").exists()
         if storage == "glusterfs" and not fuse:
@@ -267,6 +284,9 @@ class Cluster:
                    "for key in /etc/ssh/ssh_host_*_key.pub; do ssh-keygen -l -f \"$key\"; done"]).stdout, end="")
 
     def down(self):
+        removed_vms = VMs(self).down() if shutil.which("ip") else []
+        if removed_vms:
+            print(f"removed {' '.join(removed_vms)}")
         if engine_running():
             nodes = [name[len(self.prefix):] for name in self.containers()]
             # The nodes before the holders whose namespaces they use.
@@ -288,6 +308,9 @@ class Cluster:
         print(f"cluster {self.name} down")
 
     def status(self):
+        vms = VMs(self).status()
+        if vms is not None:
+            return vms
         if not engine_running():
             print("Docker engine not running: no local cluster")
             return 1

@@ -1,0 +1,101 @@
+"""The machine tier: two Debian 12 QEMU virtual machines (`python -m local_cluster up --machines vm`, cluster `vmt`),
+booted once for the session, for what containers cannot show: own kernels, clocks, disks and firewalls, power
+loss. Software emulation (TCG): a module costs seconds, so the inventory's Mitogen strategy (ansible.cfg) matters.
+
+The fixture `vm_cluster` (session scope) gives a `VMCluster`:
+
+    vm_cluster.name         'vmt'
+    vm_cluster.inventory    Path of the inventory folder (hosts.yml, group_vars/all.yml): -i for ansible-playbook
+    vm_cluster.nodes        ['node1', 'node2']
+    vm_cluster.address      {node: management address (mgmt0; Ansible and ssh() go there)}
+    vm_cluster.fabric       {node: fabric address (fab0; MPI, the mesh, the data)}
+    vm_cluster.ssh(node, command, timeout=120, check=False)
+                            `command` as root on the node over the management network, host key pinned
+                            (a CompletedProcess, text output; check=True fails the test on a non-zero exit)
+    vm_cluster.poweroff(node)   a power loss: kill -9 of the node's QEMU, disks left as the loss left them
+    vm_cluster.start(node)      boots it again with the same disks and waits for its SSH
+    vm_cluster.site(*extra, check=True, timeout=...)
+                            ansible-playbook site.yml on the VMs (cluster_helpers.ansible_playbook)
+    vm_cluster.timings      {'image': s, 'boot_to_ssh': s, 'up': s}: what bringing it up cost
+
+The inventory: numpy backend, cluster_scheduler: slurm, cluster_shared_storage as STORAGE below; each node has a
+blank data disk /dev/vdb (4 GiB). Nothing is converged by the fixture: tests/machines/test_vm_cluster.py's first
+test runs site.yml (and its second run); a test that needs a converged cluster runs site.yml itself (changed=0
+and cheap once converged, with Mitogen). Tests that change a node (power loss, clocks, firewall rules) put it back
+or say so in their docstring. The cluster is taken down at the session's end; VMT_KEEP=1 leaves it up to look at.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_helpers import LOCAL_CLUSTER, ansible_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "vmt"
+NODES = ["node1", "node2"]
+# The shared filesystem the inventory names (the kernel's NFS on the VMs).
+STORAGE = "nfs"
+SCHEDULER = "slurm"
+INVENTORY = ROOT / ".cluster" / NAME / "inventory"
+ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
+
+
+class VMCluster:
+    """The session's VM cluster; see the module's docstring."""
+
+    def __init__(self, name, nodes, inventory, timings):
+        from local_cluster.cluster import Cluster
+        from local_cluster.vm import VMs
+
+        self.name = name
+        self.nodes = list(nodes)
+        self.inventory = inventory
+        self.timings = timings
+        self._vms = VMs(Cluster(name))
+        records = self._vms.recorded()
+        self.address = {node: records[node]["address"] for node in self.nodes}
+        self.fabric = {node: records[node]["fabric"] for node in self.nodes}
+
+    def ssh(self, node, command, timeout=120, check=False):
+        result = self._vms.ssh(node, command, timeout=timeout)
+        if check and result.returncode != 0:
+            pytest.fail(f"{node}: {command!r} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def poweroff(self, node):
+        subprocess.run(LOCAL_CLUSTER + ["poweroff", node, f"--name={self.name}"], check=True, capture_output=True)
+
+    def start(self, node):
+        subprocess.run(LOCAL_CLUSTER + ["start", node, f"--name={self.name}"], check=True, capture_output=True,
+                       timeout=900)
+
+    def site(self, *extra, check=True, timeout=3600):
+        return ansible_playbook(self.inventory, "site.yml", *extra, check=check, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def vm_cluster():
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("VM nodes need root (tap devices, bridges, debootstrap) and iproute2")
+    subprocess.run(LOCAL_CLUSTER + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    started = time.monotonic()
+    up = subprocess.run(LOCAL_CLUSTER + ["up", f"--name={NAME}", "--machines=vm", f"--nodes={len(NODES)}",
+                                         "--backend=numpy", f"--scheduler={SCHEDULER}", f"--storage={STORAGE}"],
+                        capture_output=True, text=True, timeout=3600)
+    if up.returncode != 0:
+        subprocess.run(LOCAL_CLUSTER + ["down", f"--name={NAME}"], capture_output=True)
+        pytest.fail(f"python -m local_cluster up --machines vm failed:\n{up.stdout}\n{up.stderr}")
+    timings = json.loads((ROOT / ".cluster" / NAME / "vm" / "timings.json").read_text())
+    timings["up"] = round(time.monotonic() - started, 1)
+    try:
+        yield VMCluster(NAME, NODES, INVENTORY, timings)
+    finally:
+        if os.environ.get("VMT_KEEP") != "1":
+            subprocess.run(LOCAL_CLUSTER + ["down", f"--name={NAME}"], check=True, capture_output=True)
