@@ -5,6 +5,7 @@ Nodes are inspected through `docker exec` and `nsenter`, the harness's own chann
 connect over SSH with host keys checked."""
 
 import ipaddress
+import json
 import os
 import re
 import shutil
@@ -48,6 +49,79 @@ def ansible_playbook(inventory, playbook, *extra, check=True, timeout=1200):
     if check and result.returncode != 0:
         pytest.fail(f"{playbook} failed:\n{result.stdout[-8000:]}\n{result.stderr[-2000:]}")
     return result
+
+
+def playbook_report(inventory, playbook, *extra, timeout=1200):
+    """A playbook run with Ansible's JSON callback (ansible.posix.json) for the text one: (its CompletedProcess,
+    the report). Tests read what the run did from the report (each task's result on each host, the files its
+    tasks came from), not task or play names in the text: a renamed task would make an absent name pass
+    whatever ran."""
+    env = dict(playbook_env(), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    result = subprocess.run(playbook_argv(inventory, playbook, *extra), capture_output=True, text=True, env=env,
+                            cwd=ROOT, timeout=timeout)
+    try:
+        report = json.loads(result.stdout)
+    except ValueError:
+        pytest.fail(f"{playbook}: no JSON report:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
+    return result, report
+
+
+def task_results(report):
+    """(task file relative to the project, task name, host, result) for every task of a JSON report on every
+    host, in the order they ran."""
+    found = []
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            path = task["task"].get("path", "").rsplit(":", 1)[0]
+            where = os.path.relpath(path, ROOT) if path else ""
+            for host, result in task["hosts"].items():
+                found.append((where, task["task"]["name"], host, result))
+    return found
+
+
+def files_that_ran(report):
+    """The task files (relative to the project) of which a task ran on some host, not skipped."""
+    return {where for where, _, _, result in task_results(report) if not result.get("skipped")}
+
+
+def last_ran(report):
+    """(task file, task name, result) of the last task that ran on some host, not skipped: where the run stopped."""
+    where, name, _, result = [entry for entry in task_results(report) if not entry[3].get("skipped")][-1]
+    return where, name, result
+
+
+def failure_messages(report):
+    """Every failed result's message, whitespace collapsed, in one string."""
+    return " ".join(" ".join(str(result.get("msg", "")).split()) for _, _, _, result in task_results(report)
+                    if result.get("failed") or result.get("unreachable"))
+
+
+def changed_counts(report):
+    """{host: tasks that changed it} from the report's stats."""
+    return {host: stats["changed"] for host, stats in report["stats"].items()}
+
+
+def rsync_results(report):
+    """[(host, result)] of every rsync the run started (the controller's sends, a node's relay)."""
+    def argv(result):
+        cmd = result.get("cmd") or []
+        return cmd.split() if isinstance(cmd, str) else cmd
+    return [(host, result) for _, _, host, result in task_results(report)
+            if not result.get("skipped") and any(os.path.basename(str(word)) == "rsync" for word in argv(result)[:3])]
+
+
+# Preflight's own files: a run that stops in preflight ran tasks from these and no others (the cluster role's
+# arguments check and stack fact, which preflight imports).
+PREFLIGHT_FILES = ("playbooks/preflight.yml", "roles/preflight/tasks/", "roles/cluster/tasks/main.yml",
+                   "roles/cluster/tasks/stack.yml")
+
+
+def check_stopped_in_preflight(report):
+    """Every task that ran came from preflight's files, none changed a node, and some task failed."""
+    ran = files_that_ran(report)
+    assert ran and all(path.startswith(PREFLIGHT_FILES) for path in ran), sorted(ran)
+    assert all(changed == 0 for changed in changed_counts(report).values()), report["stats"]
+    assert any(stats["failures"] for stats in report["stats"].values()), report["stats"]
 
 
 def start_playbook(inventory, playbook, *extra):
@@ -179,14 +253,14 @@ def check_wrong_mpi_interface_refused(inventory, tmp_path):
     training["node1"]["cluster_mpi_interface"] = "eth9"
     training["node2"]["cluster_mpi_interface"] = "mgmt0"
     (copy / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    result = ansible_playbook(copy, "site.yml", check=False)
-    out = " ".join(result.stdout.split())
+    result, report = playbook_report(copy, "site.yml")
+    out = failure_messages(report)
     assert result.returncode != 0
     assert "node1 has no interface eth9 (cluster_mpi_interface); it has fab0, lo, mgmt0." in out, out[-3000:]
     assert (f"node2: cluster_address {training['node2']['cluster_address']} is not on mgmt0 "
             "(cluster_mpi_interface, ") in out
     assert "it is on fab0" in out
-    assert "PLAY [Provision" not in result.stdout
+    check_stopped_in_preflight(report)
 
 
 def turn_on(*flags):

@@ -10,6 +10,8 @@ import shutil
 
 import pytest
 
+from local_cluster.backend import pyenv_python
+
 IN_CI = os.environ.get("CI") == "true"
 
 
@@ -30,8 +32,13 @@ def requires(condition, why):
 
 IS_ROOT = os.geteuid() == 0
 # The local cluster tool (tools/local_cluster) runs Docker and debootstrap as root.
-LOCAL_CLUSTER = (IS_ROOT and shutil.which("docker") is not None,
+CLUSTER_HOST = (IS_ROOT and shutil.which("docker") is not None,
                  "the local cluster needs root and Docker (Debian: docker.io, debootstrap)")
 # The netns layout enters each node's namespaces from here.
-NETNS = (LOCAL_CLUSTER[0] and shutil.which("nsenter") is not None and shutil.which("ip") is not None,
+NETNS = (CLUSTER_HOST[0] and shutil.which("nsenter") is not None and shutil.which("ip") is not None,
          "the netns layout needs root, Docker, ip and nsenter (Debian: docker.io, iproute2, util-linux)")
+# CNTK 2.7's wheel runs on CPython 3.6; the cntk backend ships pyenv's build (with a shared libpython) to the
+# nodes. .ci/run builds it when the machine lacks it.
+PYENV_36 = (pyenv_python() is not None,
+            "no pyenv CPython 3.6.15 with a shared libpython here ($(pyenv root)/versions/3.6.15): CNTK 2.7's "
+            "wheel needs it (.ci/run builds it)")

@@ -8,11 +8,12 @@ import pwd
 import stat
 
 import pytest
+from prerequisites import requires
 
 from ansible_collections.cntk.cluster.plugins.modules.owned_directory import Refused, ensure
 
 USER = "nobody"
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+pytestmark = requires(os.geteuid() == 0, "chown needs root")
 
 
 def owner_mode(path):

@@ -7,11 +7,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from prerequisites import requires
 
 from ansible_collections.cntk.cluster.plugins.filter.nvidia_apt import gpg_primary_fingerprints
 
 
-pytestmark = pytest.mark.skipif(shutil.which("gpg") is None, reason="needs gpg")
+pytestmark = requires(shutil.which("gpg") is not None, "needs gpg")
 
 
 def gpg(home, *args, **kwargs):

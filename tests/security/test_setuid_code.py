@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from prerequisites import requires
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ def _push_chmod():
     return flag
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("rsync"), reason="root receiving, as on the nodes")
+@requires(os.geteuid() == 0 and shutil.which("rsync") is not None, "root receiving, as on the nodes (and rsync)")
 def test_the_code_push_clears_the_bits_even_when_root_receives(code, tmp_path_factory):
     os.chmod(code / "bin" / "helper", 0o4755)
     os.chmod(code / "bin", 0o2755)

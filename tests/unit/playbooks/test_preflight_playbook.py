@@ -10,18 +10,24 @@ import sys
 from pathlib import Path
 
 import yaml
+from cluster_helpers import failure_messages, last_ran, playbook_report
 from inventory_helpers import GROUP_VARS, closed_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def run_preflight(tmp_path, hosts, port, playbook="playbooks/preflight.yml", args=()):
+def write_inventory(tmp_path, hosts, port):
     inventory = tmp_path / "inventory"
     (inventory / "group_vars").mkdir(parents=True)
     (inventory / "group_vars" / "all.yml").write_text(yaml.safe_dump(GROUP_VARS))
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {
         "vars": {"ansible_port": port, "ansible_ssh_common_args": "-o ConnectTimeout=5"},
         "children": {"cluster": {"children": {"training": {"hosts": hosts}}}}}}))
+    return inventory
+
+
+def run_preflight(tmp_path, hosts, port, playbook="playbooks/preflight.yml", args=()):
+    inventory = write_inventory(tmp_path, hosts, port)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     ansible_playbook = Path(sys.executable).with_name("ansible-playbook")
     return subprocess.run(
@@ -51,16 +57,19 @@ def test_bad_slots_are_named_with_the_fix(tmp_path):
 
 def test_unreachable_node_is_named_and_the_run_stops(tmp_path):
     port = closed_port()
-    result = run_preflight(tmp_path, {
+    inventory = write_inventory(tmp_path, {
         "node1": {"ansible_host": "127.0.0.91", "cluster_address": "127.0.0.91"},
         "node2": {"ansible_host": "127.0.0.92", "cluster_address": "127.0.0.92"},
     }, port)
+    result, report = playbook_report(inventory, "playbooks/preflight.yml", timeout=180)
     assert result.returncode != 0
-    assert f"node1 is unreachable at 127.0.0.91:{port}" in result.stdout
-    assert f"node2 is unreachable at 127.0.0.92:{port}" in result.stdout
-    assert "Nothing was changed on any node" in result.stdout
-    # Nothing after the reachability check ran.
-    assert "Check the operating system" not in result.stdout
+    messages = failure_messages(report)
+    assert f"node1 is unreachable at 127.0.0.91:{port}" in messages
+    assert f"node2 is unreachable at 127.0.0.92:{port}" in messages
+    assert "Nothing was changed on any node" in messages
+    # Nothing after the reachability check ran: it is where the run stopped (the JSON callback's report).
+    where, name, stopped = last_ran(report)
+    assert where == "roles/preflight/tasks/reachability.yml" and stopped.get("failed"), (where, name, stopped)
 
 
 def test_a_cuda_override_the_matrix_rejects_stops_before_any_node_is_contacted(tmp_path):
@@ -108,8 +117,11 @@ def test_the_data_step_alone_stops_before_the_lock_when_a_node_does_not_answer(t
     hosts = {"node1": dict(TWO_NODES["node1"], ansible_connection="local", ansible_become=False,
                            ansible_python_interpreter=sys.executable),
              "node2": TWO_NODES["node2"]}
-    result = run_preflight(tmp_path, hosts, closed_port(), "playbooks/data.yml")
+    inventory = write_inventory(tmp_path, hosts, closed_port())
+    result, report = playbook_report(inventory, "playbooks/data.yml", timeout=180)
     assert result.returncode != 0
     assert "node2 failed or could not be reached earlier in this run, and this step works on every node of " \
-        "`training` at once: it was not started" in result.stdout, result.stdout[-3000:]
-    assert "Take the cluster lock" not in result.stdout
+        "`training` at once: it was not started" in failure_messages(report), result.stdout[-3000:]
+    # The whole-group check stopped the step (the last task that ran), before the lock.
+    where, name, stopped = last_ran(report)
+    assert where == "roles/cluster/tasks/whole_group.yml" and stopped.get("failed"), (where, name, stopped)

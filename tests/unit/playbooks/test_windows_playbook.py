@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from cluster_helpers import failure_messages, last_ran, playbook_report
 from inventory_helpers import GROUP_VARS, closed_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -44,13 +45,15 @@ def test_mixed_inventory_is_refused_before_any_node_is_contacted(tmp_path):
         {"node1": {"ansible_host": "127.0.0.91", "cluster_address": "127.0.0.91"}},
         {"win1": {"ansible_host": "127.0.0.92", "cluster_address": "127.0.0.92"},
          "win2": {"ansible_host": "127.0.0.93", "cluster_address": "127.0.0.93"}})
-    result = ansible_playbook("-i", str(inventory), str(PLAYBOOK))
+    result, report = playbook_report(inventory, "playbooks/windows.yml", timeout=120)
     assert result.returncode != 0
-    assert "mixes Linux nodes (node1) and Windows nodes (win1, win2)" in result.stdout
-    assert "nothing was changed" in result.stdout
-    before_recap = result.stdout.lower().split("play recap")[0]
-    assert "unreachable" not in before_recap
-    assert "Windows provision" not in result.stdout
+    messages = failure_messages(report)
+    assert "mixes Linux nodes (node1) and Windows nodes (win1, win2)" in messages
+    assert "nothing was changed" in messages
+    # The mix check failed and was the last task that ran (JSON callback); no node was contacted.
+    where, _, stopped = last_ran(report)
+    assert where == "roles/preflight/tasks/platform.yml" and stopped.get("failed"), (where, stopped)
+    assert all(stats["unreachable"] == 0 for stats in report["stats"].values()), report["stats"]
 
 
 def test_the_preflight_playbook_refuses_a_mixed_inventory(tmp_path):

@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 import pytest
+from prerequisites import require
 
 import source_modules
 
@@ -59,8 +60,8 @@ def test_data_passes_before_any_data_step(tmp_path, monkeypatch):
 def test_the_data_check_runs_as_the_training_user_and_sees_what_that_user_sees(monkeypatch):
     """data_as: this program again through runuser as `nobody`; a folder nobody may enter is named, never read
     by root."""
-    if os.geteuid() != 0 or shutil.which("runuser") is None or not os.path.exists("/usr/bin/python3"):
-        pytest.skip("runuser as another user needs root, and the system's Python")
+    require(os.geteuid() == 0 and shutil.which("runuser") is not None and os.path.exists("/usr/bin/python3"),
+            "runuser as another user needs root, and the system's Python")
     # On a node the program runs under /usr/bin/python3 (its #! line); this venv's may be under root's home.
     monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
     top = pathlib.Path(tempfile.mkdtemp(prefix="node-health-"))
@@ -95,8 +96,7 @@ def test_fabric_needs_the_interface_up_and_holding_the_nodes_address():
 
 def test_fabric_reads_this_machines_own_loopback():
     out = subprocess.run(["ip", "-j", "addr", "show", "dev", "lo"], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip("no ip -j here")
+    require(out.returncode == 0, "no ip -j here (Debian: iproute2)")
     assert health.check_fabric("lo", "127.0.0.1", out.stdout) is None
 
 

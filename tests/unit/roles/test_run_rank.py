@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from prerequisites import requires
 
 RUNNER = Path(__file__).resolve().parents[3] / "roles" / "train_job" / "files" / "run_rank.py"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe",
@@ -19,7 +19,7 @@ if rank == "1" and "--fail" in sys.argv:
     raise ValueError("rank 1 gives up")
 """
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+pytestmark = requires(shutil.which("mpirun") is not None, "needs Open MPI's mpirun (Debian: openmpi-bin)")
 
 
 def launch(tmp_path, *args):

@@ -5,10 +5,11 @@ import pwd
 import stat
 
 import pytest
+from prerequisites import requires
 
 from ansible_collections.cntk.cluster.plugins.module_utils.root_walk import NotAFolder, descend, make_folders
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="links of other users need root")
+needs_root = requires(os.geteuid() == 0, "links of other users need root")
 
 
 def reached(path, **args):

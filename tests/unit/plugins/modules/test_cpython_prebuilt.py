@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from prerequisites import requires
 
 from ansible_collections.cntk.cluster.plugins.modules import cpython_prebuilt as cp
 
@@ -219,7 +220,7 @@ def test_check_mode_writes_nothing_and_a_too_long_target_fails(tmp_path):
     assert not any((tmp_path / "builds").iterdir())
 
 
-@pytest.mark.skipif(pyenv_prefix("3.6.15") is None, reason="no pyenv CPython 3.6.15 ($(pyenv root)/versions/3.6.15)")
+@requires(pyenv_prefix("3.6.15") is not None, "no pyenv CPython 3.6.15 ($(pyenv root)/versions/3.6.15)")
 def test_pyenv_cpython_36_packs_once_and_runs_from_the_new_prefix(tmp_path):
     source = pyenv_prefix("3.6.15")
     short = tempfile.TemporaryDirectory(prefix="cp", dir="/tmp")  # pytest's tmp_path is too long
@@ -268,7 +269,7 @@ def packs_once_and_runs(tmp_path, source, target):
     assert ssl == str(target)
 
 
-@pytest.mark.skipif(pyenv_prefix("3.7.16") is None, reason="no pyenv CPython 3.7.16 ($(pyenv root)/versions/3.7.16)")
+@requires(pyenv_prefix("3.7.16") is not None, "no pyenv CPython 3.7.16 ($(pyenv root)/versions/3.7.16)")
 def test_another_version_is_refused(tmp_path):
     source = pyenv_prefix("3.7.16")
     result = ansible(tmp_path, **params(tmp_path, source))

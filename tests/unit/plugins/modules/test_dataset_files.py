@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from prerequisites import require, requires
 
 from ansible_collections.cntk.cluster.plugins.modules import dataset_files
 from ansible_collections.cntk.cluster.plugins.modules.dataset_files import place, plan, safe_name
@@ -133,8 +134,7 @@ def test_only_plain_file_names_are_accepted():
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 64 KiB filesystem (tmpfs) for a node's data folder."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+    require(os.geteuid() == 0, "mounting a tmpfs needs root")
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
@@ -170,8 +170,7 @@ def test_files_that_fit_are_planned_on_the_same_disk(small_disk):
 def test_a_data_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path):
     """A read-only filesystem where the data folder goes: the module names the node, the folder and the fix
     (before this, a PermissionError's traceback and "Module result deserialization failed")."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+    require(os.geteuid() == 0, "mounting a tmpfs needs root")
     mount = tmp_path / "disk"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mount)], check=True)
@@ -187,7 +186,7 @@ def test_a_data_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path):
 
 # state=planned as root for the training user (here `nobody`): it reads nothing that user does not own and
 # follows no link, so a user's folder cannot make root read or make anything elsewhere.
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+needs_root = requires(os.geteuid() == 0, "chown needs root")
 USER = "nobody"
 
 

@@ -23,7 +23,7 @@ PARENT = 'tr "\\0" " " </proc/$PPID/cmdline'
 
 @pytest.fixture(scope="module")
 def cluster():
-    prerequisites.require(*prerequisites.LOCAL_CLUSTER)
+    prerequisites.require(*prerequisites.CLUSTER_HOST)
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
     subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.101", "--nodes=1", "--backend=numpy"],
                    check=True, capture_output=True, text=True)

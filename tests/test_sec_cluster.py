@@ -1,0 +1,31 @@
+"""Molecule's default scenario (Debian 12, the loopback layout, 2 nodes), checked on the sec cluster that the
+integration tier brings up anyway (tests/conftest.py's sec_converge) rather than on a cluster of its own: the
+dry runs pass on new and on converged nodes, a second site.yml changes nothing, and the verify playbook passes.
+`molecule test` still runs the scenario alone."""
+
+import pytest
+
+from cluster_helpers import changed_counts
+
+pytestmark = pytest.mark.cluster
+
+
+def outcome(step):
+    result, report = step
+    failed = {host: stats["failures"] + stats["unreachable"] for host, stats in report["stats"].items()}
+    return result.returncode, failed
+
+
+@pytest.mark.parametrize("step", ["dry run on new nodes", "converge", "idempotence", "dry run on converged nodes",
+                                  "verify"])
+def test_each_step_passes_on_both_nodes(sec_converge, step):
+    result, _ = sec_converge[step]
+    assert outcome(sec_converge[step]) == (0, {"node1": 0, "node2": 0}), result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_the_second_site_run_changes_nothing(sec_converge):
+    assert changed_counts(sec_converge["idempotence"][1]) == {"node1": 0, "node2": 0}
+
+
+def test_the_converge_changed_both_nodes(sec_converge):
+    assert all(changed > 10 for changed in changed_counts(sec_converge["converge"][1]).values())
