@@ -7,7 +7,19 @@ import re
 MIN_RELEASE = "20.11.3"
 # What `slurmd -C` reports that slurm.conf's node line takes, in slurm.conf's order.
 HARDWARE_KEYS = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
-_NAME = re.compile(r"^([A-Za-z0-9_.-]*?)(\d+)$")
+_PREFIX = re.compile(r"[A-Za-z0-9_.-]*")
+# One piece of a hostlist: a prefix and its [ranges], if any (matched where the last piece ended: linear).
+_PIECE = re.compile(r"([^,\[\]]*)(?:\[([0-9,-]*)\])?")
+# The most names one hostlist may stand for: far above any cluster, far below what would exhaust memory.
+MAX_HOSTNAMES = 1 << 16
+
+
+def _numbered(name):
+    """(prefix, digits) of a name ending in a number ('node' and '07' of node07), or None."""
+    prefix = name.rstrip("0123456789")
+    if prefix == name or not _PREFIX.fullmatch(prefix):
+        return None
+    return prefix, name[len(prefix):]
 
 
 def hostlist(names):
@@ -15,11 +27,11 @@ def hostlist(names):
     Runs of numbers with the same prefix and width are ranges; the order of the names does not matter."""
     groups, plain = {}, []
     for name in sorted(set(names)):
-        match = _NAME.match(name)
-        if not match:
+        numbered = _numbered(name)
+        if not numbered:
             plain.append(name)
             continue
-        prefix, digits = match.groups()
+        prefix, digits = numbered
         # node01 and node1 are different names: the width is part of the group.
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         groups.setdefault((prefix, width), []).append(int(digits))
@@ -45,14 +57,24 @@ def hostnames(text):
     """The node names a Slurm hostlist stands for, in its order: 'node[1-3,7],gpu01' -> node1 node2 node3
     node7 gpu01 (hostlist's inverse, as `scontrol show hostnames` prints them)."""
     names = []
-    for match in re.finditer(r"([^,\[\]]+)(?:\[([^\]]*)\])?(?:,|$)", text.strip()):
+    text, at = text.strip(), 0
+    while at < len(text):
+        match = _PIECE.match(text, at)
         prefix, ranges = match.group(1), match.group(2)
+        at = match.end()
+        if not prefix or (at < len(text) and text[at] != ","):
+            raise ValueError("not a Slurm hostlist at character %d: %r" % (at, text[at:at + 40]))
+        at += 1
         if ranges is None:
             names.append(prefix)
             continue
         for part in ranges.split(","):
             first, _, last = part.partition("-")
+            if not first.isdigit() or not (last or first).isdigit() or int(last or first) < int(first):
+                raise ValueError("not a Slurm hostlist range: %r in %r" % (part, prefix))
             width = len(first) if first.startswith("0") and len(first) > 1 else 0
+            if len(names) + int(last or first) - int(first) >= MAX_HOSTNAMES:
+                raise ValueError("a Slurm hostlist of more than %d names: %r" % (MAX_HOSTNAMES, text[:80]))
             names += [prefix + str(number).zfill(width) for number in range(int(first), int(last or first) + 1)]
     return names
 
@@ -91,8 +113,8 @@ def node_lines(nodes):
 
 
 def _sort_key(name):
-    match = _NAME.match(name)
-    return (match.group(1), int(match.group(2)), name) if match else (name, -1, name)
+    numbered = _numbered(name)
+    return (numbered[0], int(numbered[1]), name) if numbered else (name, -1, name)
 
 
 def release(apt_policy):

@@ -62,10 +62,14 @@ def uniform_slots(layout):
     return len({int(entry["slots"]) for entry in layout}) == 1
 
 
+# A Key=value field where a word starts (so a long word with no "=" is tried once, not from each letter).
+_FIELD = re.compile(r"(?<!\S)(\w+)=(\S*)")
+
+
 def show_job(text):
     """`scontrol show job --oneliner ID`'s fields as a dict ('' when Slurm no longer knows the job)."""
     fields = {}
-    for match in re.finditer(r"(\w+)=(\S*)", text):
+    for match in _FIELD.finditer(text):
         fields.setdefault(match.group(1), match.group(2))
     return fields
 

@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.cntk.cluster.plugins.module_utils import slurm_conf
+from bounded import call_within
 
 REPORT = ("NodeName=node1 CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24105\n"
           "UpTime=0-01:02:03\n")
@@ -88,3 +89,25 @@ def test_not_ready_names_nodes_slurm_does_not_list_as_up():
     lines = ["node1 idle none", "node2 down* Not responding", "node3 drained check failed: disk", "node5 idle* none"]
     assert slurm_conf.not_ready(lines, ["node1", "node2", "node3", "node4", "node5"]) == [
         "node2 (down*: Not responding)", "node4 (not listed)", "node5 (idle*)"]
+
+
+MU = "ansible_collections.cntk.cluster.plugins.module_utils."
+
+
+@pytest.mark.parametrize("text", ["a" * (1 << 20) + "]", "node[1-3" + ",1" * (1 << 19), "x," * (1 << 19) + "[",
+                                  "node[" + "1" * (1 << 20)])
+def test_a_malformed_hostlist_is_refused_in_one_pass(text):
+    """A malformed hostlist (1 MB) is refused, naming where, within a bound a backtracking scan would pass."""
+    answer = call_within(20, MU + "slurm_conf", "hostnames", text)
+    assert answer["error"].startswith("not a Slurm hostlist"), answer
+
+
+def test_a_hostlist_of_more_names_than_any_cluster_is_refused_before_it_is_expanded():
+    answer = call_within(20, MU + "slurm_conf", "hostnames", "node[1-999999999999]")
+    assert answer["error"].startswith("a Slurm hostlist of more than 65536 names"), answer
+
+
+def test_long_node_names_are_compressed_in_one_pass():
+    names = ["a" + "1" * (1 << 20) + "x", "n" * (1 << 20) + "7", "node1", "node2"]
+    answer = call_within(20, MU + "slurm_conf", "hostlist", names)
+    assert answer["result"].split(",")[-1] == "node[1-2]"

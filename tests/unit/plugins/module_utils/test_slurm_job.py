@@ -5,6 +5,7 @@ import pathlib
 import pytest
 import yaml
 
+from bounded import call_within
 from ansible_collections.cntk.cluster.plugins.filter import slurm_job as filter_plugin
 from ansible_collections.cntk.cluster.plugins.module_utils import slurm_job
 
@@ -130,3 +131,11 @@ def test_busy_yml_asks_squeue_for_the_training_users_jobs_in_the_format_busy_job
     refuse = next(task for task in tasks if task["name"].startswith("Refuse a second job"))
     assert "train_job_slurm_busy(cluster_training_user, train_job_name)" in refuse["loop"]
     assert filter_plugin.FilterModule().filters()["train_job_slurm_busy"](BUSY, "cntk", "digits") == []
+
+
+@pytest.mark.parametrize("text", ["a" * (1 << 20), "JobId=1 JobName=" + "x" * (1 << 20) + " JobState=RUNNING",
+                                  "=a" * (1 << 19)])
+def test_scontrols_line_is_read_in_one_pass_whatever_a_job_name_holds(text):
+    """A 1 MB word (a job's name or comment) with no '=' is tried once, not from each of its letters."""
+    answer = call_within(20, "ansible_collections.cntk.cluster.plugins.module_utils.slurm_job", "show_job", text)
+    assert answer["result"].get("JobState") == ("RUNNING" if "JobState" in text else None)
