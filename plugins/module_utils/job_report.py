@@ -55,7 +55,7 @@ from ansible_collections.cntk.cluster.plugins.module_utils import job_files
 from ansible_collections.cntk.cluster.plugins.module_utils.job_files import number, read_json, read_metrics
 from ansible_collections.cntk.cluster.plugins.module_utils.job_report_text import (  # noqa: F401 (re-exported)
     MAX_METRIC_ROWS, PLOT_SIZE_PX, esc, fmt_duration, fmt_float, fmt_int, fmt_percent, fmt_size, fmt_value, nodes_text,
-    ordinal, pick_rows, rank_ranges, tail, url_path, versions_text, write_plot)
+    ordinal, pick_rows, rank_ranges, tail, url_path, versions_text, viewable, write_plot)
 
 METRICS_FILE = job_files.METRICS
 SUMMARY_FILE = job_files.SUMMARY
@@ -185,6 +185,7 @@ def template_environment():
         autoescape=True, finalize=finalize, undefined=jinja2.StrictUndefined,
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     environment.filters["url_path"] = url_path
+    environment.tests["viewable"] = viewable
     return environment
 
 

@@ -33,6 +33,16 @@ def url_path(relative_path):
     return quote(relative_path, safe="/")
 
 
+# Files a job writes that a browser shows as text or a picture, never runs: linked to open. Any other (HTML, SVG,
+# a model, a rank's stdout: no extension, which a browser may sniff as a page) is linked for download only, so a
+# page a job wrote never opens beside the report; a failed rank's last lines are shown in the report itself.
+VIEWABLE = frozenset((".log", ".txt", ".out", ".err", ".json", ".csv", ".tsv", ".png", ".jpg", ".jpeg"))
+
+
+def viewable(relative_path):
+    return os.path.splitext(relative_path)[1].lower() in VIEWABLE
+
+
 def fmt_int(value):
     value = number(value)
     return "{:,d}".format(int(round(value))) if value is not None else None

@@ -327,3 +327,33 @@ def test_runs_from_any_working_directory(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == str(run_dir / "report.html")
     assert "<h2>Summary</h2>" in (run_dir / "report.html").read_text()
+
+
+class Anchors(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.anchors, self.policy = {}, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "a":
+            self.anchors[unquote(attrs["href"])] = "download" in attrs
+        if tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy":
+            self.policy = attrs["content"]
+
+
+def test_a_page_or_picture_a_job_wrote_is_linked_for_download_only_and_the_report_runs_nothing(tmp_path):
+    """Issue 44: the report linked files the job wrote, HTML and SVG included, to open beside it."""
+    run_dir = make_run(tmp_path / "run")
+    for name in ("page.html", "plot.svg", "notes.txt", "curve.png", "NOEXT"):
+        (run_dir / name).write_text("<script>alert(1)</script>")
+    assert job_report.main([str(run_dir)]) == 0
+    parser = Anchors()
+    parser.feed((run_dir / "report.html").read_text())
+    assert {name: parser.anchors[name] for name in ("page.html", "plot.svg", "notes.txt", "curve.png", "NOEXT",
+                                                    "model.npz", "summary.json")} == {
+        "page.html": True, "plot.svg": True, "notes.txt": False, "curve.png": False, "NOEXT": True,
+        "model.npz": True, "summary.json": False}
+    # A rank's stdout is the job's own text with no extension, which a browser may sniff as a page.
+    assert all(download for name, download in parser.anchors.items() if name.startswith("logs/"))
+    assert parser.policy.startswith("default-src 'none';") and "script-src" not in parser.policy
