@@ -64,7 +64,8 @@ def holds(device, blkid):
 
 
 def plan(lsblk, blkid, wanted, mountpoint_entries=()):
-    """{'action': 'make' | 'wipe' | 'keep' | 'refuse', 'message': why, 'mounted': bool}.
+    """{'action': 'make' | 'wipe' | 'keep' | 'refuse', 'message': why, 'mounted': bool}; a wipe also lists what
+    wipefs clears, in order ('wipe': partitions deepest first, then the device).
 
     wanted: {'device', 'mountpoint', 'fstype', 'label', 'wipe': bool (the device is in disks_wipe)}.
     mountpoint_entries: a few names found in the mount point folder: a folder holding files is refused rather
@@ -99,7 +100,9 @@ def plan(lsblk, blkid, wanted, mountpoint_entries=()):
         return {"action": "make", "mounted": False,
                 "message": "{0} is blank: a {1} filesystem is made on it".format(name, wanted["fstype"])}
     if wanted.get("wipe"):
-        return {"action": "wipe", "mounted": False,
+        # Deepest first: a partition's signatures go before the table that holds it.
+        parts = [node.get("path") or "/dev/" + node["name"] for node in _walk(device)][1:]
+        return {"action": "wipe", "mounted": False, "wipe": list(reversed(parts)) + [name],
                 "message": "{0} held {1}; it is in disks_wipe: wiped and a {2} filesystem made".format(
                     name, "; ".join(found), wanted["fstype"])}
     return _refuse("{0} holds {1}, which this project did not make; nothing was changed. If that may be lost, add "

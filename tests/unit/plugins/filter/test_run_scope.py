@@ -28,13 +28,14 @@ def test_a_mistyped_tag_is_named_with_the_steps_tags():
     found = problems(["trian"])
     assert len(found) == 1
     assert found[0].startswith("--tags trian: no play of this project has that tag")
-    assert "provision, base, openmpi, nvidia, runtime, ssh, storage, scheduler, data, train" in found[0]
+    assert ("provision, base, openmpi, nvidia, runtime, machines, time, kernel, disks, firewall, ssh, storage, "
+            "scheduler, data, train") in found[0]
     # Skipping a tag no play has skips nothing: harmless, and what molecule passes.
     assert problems(skip_tags=["molecule-notest", "notest"]) == []
 
 
 def test_tags_that_leave_no_step_are_refused_but_a_check_only_run_is_not():
-    found = problems(skip_tags=["provision", "ssh", "storage", "scheduler", "data", "train"])
+    found = problems(skip_tags=["provision", "machines", "ssh", "storage", "scheduler", "data", "train"])
     assert len(found) == 1 and "leave no step to run" in found[0] and "--tags preflight" in found[0]
     assert problems(["preflight"], skip_tags=["provision", "ssh", "data", "train"]) == []
     assert problems(["ssh"], skip_tags=["ssh"])[0].startswith("--tags ssh --skip-tags ssh leave no step")

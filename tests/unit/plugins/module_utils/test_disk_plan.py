@@ -61,6 +61,11 @@ def test_partitions_and_a_partition_table_are_refused():
 def test_a_device_named_in_disks_wipe_is_wiped():
     found = disk_plan.plan(_lsblk(fstype="xfs", label="backup"), "", _wanted(wipe=True))
     assert found["action"] == "wipe" and "held a xfs filesystem labelled 'backup'" in found["message"]
+    assert found["wipe"] == ["/dev/vdb"]
+    children = [{"name": "vdb1", "path": "/dev/vdb1", "type": "part", "fstype": "ext4"},
+                {"name": "vdb2", "path": "/dev/vdb2", "type": "part", "fstype": None}]
+    parted = disk_plan.plan(_lsblk(children=children), "PTTYPE=gpt\n", _wanted(wipe=True))
+    assert parted["wipe"] == ["/dev/vdb2", "/dev/vdb1", "/dev/vdb"]
 
 
 def test_our_label_on_another_type_is_not_ours():
