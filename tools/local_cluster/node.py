@@ -49,8 +49,9 @@ def node_run_argv(container, node, port, ref, cluster_label, shared_dir, hosts_f
     if fuse:
         argv += ["--device", "/dev/fuse", "--label", f"{LABEL}.fuse=yes"]
     if "fabric" in node:
-        # The hostname comes with the holder's namespaces (Docker refuses --hostname here).
-        argv += ["--network", f"container:{holder_name(container)}"]
+        # The hostname comes with the holder's namespaces (Docker refuses --hostname here). NET_ADMIN over that
+        # namespace, the node's own (never the host's: loopback nodes do not get it): its firewall (nftables).
+        argv += ["--network", f"container:{holder_name(container)}", "--cap-add", "NET_ADMIN"]
     else:
         argv += ["--network", "host", "--hostname", node["name"]]
     argv += [

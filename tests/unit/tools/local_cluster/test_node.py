@@ -25,6 +25,7 @@ def test_a_node_boots_systemd_with_what_it_needs_and_no_privileged(tmp_path):
     assert option(argv, "--network") == ["host"] and option(argv, "--hostname") == ["node1"]
     assert f"{tmp_path / 'hosts' / 'node1'}:/etc/hosts" in option(argv, "--volume")
     assert "NODE_FABRIC_ADDRESS" not in " ".join(argv)
+    assert "NET_ADMIN" not in option(argv, "--cap-add")
 
 
 def test_a_netns_node_joins_its_holders_namespace(tmp_path):
@@ -38,6 +39,8 @@ def test_a_netns_node_joins_its_holders_namespace(tmp_path):
     argv = node_run_argv("cntk-x-node2", node, 22, "img:tag", "io.cntk-cluster=x", tmp_path, tmp_path / "h")
     assert option(argv, "--network") == ["container:cntk-x-node2-net"]
     assert option(argv, "--hostname") == []  # Docker refuses it with a joined namespace; the holder's is used
+    # Its own namespace's firewall; the loopback layout's nodes share the host's stack and never get NET_ADMIN.
+    assert "NET_ADMIN" in option(argv, "--cap-add")
     assert {"NODE_FABRIC_ADDRESS=10.147.1.2", "NODE_APT_PROXY=http://10.147.0.254:3142"} <= set(option(argv, "-e"))
     assert {"io.cntk-cluster.network=netns", "io.cntk-cluster.fabric=10.147.1.2"} <= set(option(argv, "--label"))
 
