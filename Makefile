@@ -68,11 +68,12 @@ lint: venv
 syntax: venv
 	ansible-playbook --syntax-check site.yml playbooks/*.yml
 
+# tests/machines (QEMU VMs) is the machine tier's, run by a target of its own.
 unit: venv
-	pytest -q --durations=15 -m "not cluster" tests --ignore=tests/e2e
+	pytest -q --durations=15 -m "not cluster" tests --ignore=tests/e2e --ignore=tests/machines
 
 integration: venv
-	pytest -q --durations=15 -m cluster tests --ignore=tests/e2e
+	pytest -q --durations=15 -m cluster tests --ignore=tests/e2e --ignore=tests/machines
 
 e2e: venv
 	pytest -q --durations=30 tests/e2e
