@@ -23,8 +23,13 @@ def train_job_slurm_busy(text, user, name):
     return slurm_job.busy_jobs(text, str(user), str(name))
 
 
+def cluster_slurm_queued(text):
+    return slurm_job.queued_jobs(str(text))
+
+
 class FilterModule:
     def filters(self):
         return {"train_job_sbatch_options": train_job_sbatch_options,
                 "train_job_uniform_slots": train_job_uniform_slots, "train_job_slurm_queue": train_job_slurm_queue,
-                "train_job_requeue_mapping": train_job_requeue_mapping, "train_job_slurm_busy": train_job_slurm_busy}
+                "train_job_requeue_mapping": train_job_requeue_mapping, "train_job_slurm_busy": train_job_slurm_busy,
+                "cluster_slurm_queued": cluster_slurm_queued}

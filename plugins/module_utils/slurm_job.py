@@ -143,3 +143,25 @@ def busy_jobs(text, user, name, prefix=COMMENT_PREFIX):
             jobs.append({"id": parts[0], "name": job_name, "user": parts[1], "state": parts[2],
                          "comment": job_comment})
     return jobs
+
+
+# squeue's format for queued_jobs: Slurm's own fields first, the name its owner chose last (it may hold a "|").
+QUEUE_FORMAT = "%i|%T|%u|%j"
+
+
+def queued_jobs(text):
+    """Every job `squeue --noheader --all --format=QUEUE_FORMAT` lists that has not ended, any user's:
+    [{id, state, user, name, label}], the name cut to 60 printable characters (its owner chose it), the label
+    "id (state, user, name)" for a message. What the data and
+    provision steps refuse to run under: a hand-submitted, pending or requeued job reads the nodes' data too."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) != 4 or not parts[0].isdigit() or parts[1] not in ACTIVE_STATES:
+            continue
+        name = "".join(char if " " <= char <= "~" else "?" for char in parts[3][:60])
+        user = parts[2][:32]
+        jobs.append({"id": parts[0], "state": parts[1], "user": user, "name": name,
+                     "label": "%s (%s, %s, %s)" % (parts[0], parts[1], user, name)})
+    return jobs
+

@@ -43,6 +43,12 @@ def as_user(node, command):
     return on_node(node, f"runuser -u {USER} -- sh -c {shlex.quote(command)}")
 
 
+def slurm_jobs():
+    """The training user's jobs Slurm's accounting (slurmdbd, turned on with the scheduler here) has on record,
+    queued, running or ended: a submission, however short, shows here."""
+    return as_user("node1", "sacct --noheader --allocations --starttime=2000-01-01 --format=JobID").split()
+
+
 def job_args(job, **args):
     return ["-e", f"train_job_name={job}", "-e", json.dumps({"train_job_args": dict(QUICK, **args)})]
 
@@ -157,13 +163,14 @@ def test_a_node_whose_data_disk_is_too_small_is_drained_named_and_kept_out(slurm
     mount = ["nsenter", "-t", node_pid(CNTK_CLUSTER, "node3"), "-m", "--"]
     subprocess.run(mount + ["mount", "-t", "tmpfs", "-o", f"size=64k,mode=0750,uid={owner[0]},gid={owner[1]}",
                             "tmpfs", folder], check=True)
+    jobs = slurm_jobs()
     try:
         refused = ansible_playbook("playbooks/train.yml", *job_args("digits-slurm", epochs=10), check=False)
         assert refused.returncode != 0
         assert re.search(r"Slurm holds node3 out of the job: node3 \(drained: cntk-health: data: "
                          rf"{folder} has [\d.]+ KiB free, [\d.]+ KiB short of the 2 files", refused.stdout), \
             refused.stdout[-3000:]
-        assert "is Slurm job" not in refused.stdout and as_user("node1", "squeue --noheader") == ""
+        assert slurm_jobs() == jobs and as_user("node1", "squeue --noheader") == ""
         state, reason = slurm_node("node3").split("|", 1)
         assert state == "drained" and reason.startswith("cntk-health: data: "), (state, reason)
     finally:
@@ -179,6 +186,7 @@ def test_a_throttled_fabric_link_is_drained_named_and_kept_out_until_it_is_fast_
     tc = ["nsenter", "-t", node_pid(CNTK_CLUSTER, "node4"), "-n", "--", "tc", "qdisc"]
     subprocess.run(tc + ["add", "dev", "fab0", "root", "tbf", "rate", "20mbit", "burst", "32kbit", "latency",
                          "400ms"], check=True)
+    jobs = slurm_jobs()
     try:
         refused = ansible_playbook("playbooks/train.yml", *job_args("digits-slurm", epochs=10), check=False)
         assert refused.returncode != 0
@@ -186,7 +194,7 @@ def test_a_throttled_fabric_link_is_drained_named_and_kept_out_until_it_is_fast_
                           r"cluster's median (\d+) Mbit/s", refused.stdout)
         assert found, refused.stdout[-3000:]
         assert int(found.group(1)) <= 25 and int(found.group(2)) > 100, found.groups()
-        assert "is Slurm job" not in refused.stdout
+        assert slurm_jobs() == jobs
         assert slurm_node("node4").startswith("drained|cntk-health-link: fabric: node4 sends")
     finally:
         subprocess.run(tc + ["del", "dev", "fab0", "root"], check=True)
@@ -233,6 +241,21 @@ def test_the_same_job_twice_is_refused_naming_the_queued_one_and_stop_yml_cancel
     assert re.search(rf"{job} run \S+ failed: (Slurm ended job {job_id}: CANCELLED|stopping the job: it was asked "
                      r"to stop)", output), output[-3000:]
     assert as_user("node1", "squeue --noheader") == ""
+
+
+def test_the_data_step_waits_for_a_hand_submitted_job_it_would_change_the_data_under(slurm):
+    """Issue 44: the lock saw only the project's own run; a job queued by hand (held here, as a pending job is)
+    is named and data.yml changes nothing until it is gone."""
+    job_id = as_user("node1", "sbatch --parsable --hold --job-name=hand-held --wrap 'sleep 1'").strip()
+    assert job_id.isdigit(), job_id
+    try:
+        refused = ansible_playbook("playbooks/data.yml", check=False)
+        assert refused.returncode != 0
+        assert f"{job_id} (PENDING, {USER}, hand-held)" in refused.stdout, refused.stdout[-3000:]
+        assert "The data step changes what they read" in refused.stdout
+    finally:
+        as_user("node1", f"scancel {job_id}")
+    assert ansible_playbook("playbooks/data.yml").returncode == 0
 
 
 def test_ctrl_c_cancels_the_slurm_job_and_leaves_no_process(slurm):

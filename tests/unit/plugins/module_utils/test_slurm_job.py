@@ -139,3 +139,14 @@ def test_scontrols_line_is_read_in_one_pass_whatever_a_job_name_holds(text):
     """A 1 MB word (a job's name or comment) with no '=' is tried once, not from each of its letters."""
     answer = call_within(20, "ansible_collections.cntk.cluster.plugins.module_utils.slurm_job", "show_job", text)
     assert answer["result"].get("JobState") == ("RUNNING" if "JobState" in text else None)
+
+
+def test_every_users_unfinished_job_is_queued_and_a_name_cannot_add_a_line_or_escape():
+    text = ("12|RUNNING|alice|my-job\n13|PENDING|bob|a|b \x1b[2Jname\n14|COMPLETED|carol|done\n"
+            "junk line\n15|REQUEUE_HOLD|cntk|digits-softmax\n")
+    jobs = slurm_job.queued_jobs(text)
+    assert [job["id"] for job in jobs] == ["12", "13", "15"]
+    assert jobs[1]["name"] == "a|b ?[2Jname" and jobs[1]["label"] == "13 (PENDING, bob, a|b ?[2Jname)"
+    assert slurm_job.QUEUE_FORMAT == yaml.safe_load(
+        (pathlib.Path(__file__).resolve().parents[4] / "roles/cluster/vars/main.yml").read_text())[
+            "cluster_lock_queue_format"]
