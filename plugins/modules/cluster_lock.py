@@ -32,10 +32,9 @@ import shutil
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.cntk.cluster.plugins.module_utils import job_files
 
 HOLDER = "holder.json"
-# A run folder's files (plugins/module_utils/job_files.py: PID, EXIT_CODE).
-PID_FILE, EXIT_FILE = "pid", "exit_code"
 
 
 def read_holder(path):
@@ -103,10 +102,15 @@ def release(path, holder):
     return True
 
 
-def _small_file(path):
-    """The first bytes of a regular file, never through a link or a FIFO; None otherwise."""
+def _open_folder(name, dir_fd=None):
+    """A folder's descriptor, never through a link (the last name) nor to anything but a folder."""
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+
+
+def _small_file(name, dir_fd):
+    """The first bytes of a regular file in a folder, never through a link or a FIFO; None otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -115,26 +119,54 @@ def _small_file(path):
         os.close(fd)
 
 
-def live_runs(jobs_dir, pid_file, exit_file):
-    """'<job> <run id>' of every run whose run.sh is alive and has written no exit code."""
+def _entries(dir_fd, name):
+    """(names, descriptor) of the folder `name` in dir_fd, reached without following a link; ([], None) when it
+    is not a folder there. The caller closes the descriptor."""
+    try:
+        fd = _open_folder(name, dir_fd)
+    except OSError:
+        return [], None
+    try:
+        return sorted(os.listdir(fd)), fd
+    except OSError:
+        os.close(fd)
+        return [], None
+
+
+def live_runs(jobs_dir, pid_file=job_files.PID, exit_file=job_files.EXIT_CODE):
+    """'<job> <run id>' of every run whose run.sh is alive and has written no exit code. Root reads the training
+    user's folders here: each one is opened through its parent's descriptor without following a link, so a link
+    the user put in place of a job, its runs or a run leads nowhere."""
     found = []
     try:
-        jobs = sorted(os.listdir(jobs_dir))
+        top = _open_folder(jobs_dir)
     except OSError:
         return found
-    for job in jobs:
-        runs_dir = os.path.join(jobs_dir, job, "runs")
-        try:
-            runs = sorted(os.listdir(runs_dir)) if not os.path.islink(os.path.join(jobs_dir, job)) else []
-        except OSError:
-            continue
-        for run in runs:
-            folder = os.path.join(runs_dir, run)
-            if os.path.lexists(os.path.join(folder, exit_file)):
+    try:
+        for job in sorted(os.listdir(top)):
+            job_names, job_fd = _entries(top, job)
+            if job_fd is None or "runs" not in job_names:
+                if job_fd is not None:
+                    os.close(job_fd)
                 continue
-            pid = (_small_file(os.path.join(folder, pid_file)) or "").strip()
-            if pid.isdigit() and int(pid) > 1 and os.path.exists(f"/proc/{pid}"):
-                found.append(f"{job} {run}")
+            runs, runs_fd = _entries(job_fd, "runs")
+            os.close(job_fd)
+            for run in runs:
+                _, run_fd = _entries(runs_fd, run)
+                if run_fd is None:
+                    continue
+                try:
+                    if exit_file in os.listdir(run_fd):
+                        continue
+                    pid = (_small_file(pid_file, run_fd) or "").strip()
+                    if pid.isdigit() and int(pid) > 1 and os.path.exists(f"/proc/{pid}"):
+                        found.append(f"{job} {run}")
+                finally:
+                    os.close(run_fd)
+            if runs_fd is not None:
+                os.close(runs_fd)
+    finally:
+        os.close(top)
     return found
 
 
@@ -160,8 +192,8 @@ def main():
                          holder=current or holder, running=[])
     taken, current = take(path, holder, module.params["replace"])
     spec = module.params["running"]
-    running = live_runs(spec["jobs_dir"], spec.get("pid_file", PID_FILE), spec.get("exit_file", EXIT_FILE)) \
-        if spec else []
+    running = live_runs(spec["jobs_dir"], spec.get("pid_file", job_files.PID),
+                        spec.get("exit_file", job_files.EXIT_CODE)) if spec else []
     if taken and running and module.params["refuse_running"]:
         release(path, holder)
         taken = False

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleActionFail
 
+from ansible_collections.cntk.cluster.plugins.module_utils import job_files
 from ansible_collections.cntk.cluster.plugins.modules import cluster_lock as lock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,15 +70,15 @@ def run_folder(tmp_path, pid_content, *, exit_code=False):
     folder = tmp_path / "jobs" / "digits-mlp" / "runs" / "20261203T000000Z"
     folder.mkdir(parents=True)
     if pid_content is not None:
-        (folder / lock.PID_FILE).write_text(pid_content)
+        (folder / job_files.PID).write_text(pid_content)
     if exit_code:
-        (folder / lock.EXIT_FILE).write_text("0\n")
+        (folder / job_files.EXIT_CODE).write_text("0\n")
     return folder
 
 
 def test_a_live_run_is_found(tmp_path):
     run_folder(tmp_path, f"{os.getpid()}\n")
-    assert lock.live_runs(str(tmp_path / "jobs"), lock.PID_FILE, lock.EXIT_FILE) == ["digits-mlp 20261203T000000Z"]
+    assert lock.live_runs(str(tmp_path / "jobs"), job_files.PID, job_files.EXIT_CODE) == ["digits-mlp 20261203T000000Z"]
 
 
 @pytest.mark.parametrize("case", ["ended", "dead", "fifo", "link", "minus-one"])
@@ -85,16 +86,26 @@ def test_a_run_that_is_not_alive_or_a_hostile_pid_file_is_not_a_live_run(tmp_pat
     folder = run_folder(tmp_path, None if case in ("fifo", "link") else "-1\n" if case == "minus-one"
                         else "999999999\n" if case == "dead" else f"{os.getpid()}\n", exit_code=case == "ended")
     if case == "fifo":
-        os.mkfifo(folder / lock.PID_FILE)  # read without O_NONBLOCK, this would hang
+        os.mkfifo(folder / job_files.PID)  # read without O_NONBLOCK, this would hang
     if case == "link":
         (tmp_path / "real").write_text(f"{os.getpid()}\n")
-        os.symlink(tmp_path / "real", folder / lock.PID_FILE)
-    assert lock.live_runs(str(tmp_path / "jobs"), lock.PID_FILE, lock.EXIT_FILE) == []
+        os.symlink(tmp_path / "real", folder / job_files.PID)
+    assert lock.live_runs(str(tmp_path / "jobs"), job_files.PID, job_files.EXIT_CODE) == []
 
 
-def test_the_run_file_names_are_the_protocols():
-    from ansible_collections.cntk.cluster.plugins.module_utils import job_files
-    assert (lock.PID_FILE, lock.EXIT_FILE) == (job_files.PID, job_files.EXIT_CODE)
+@pytest.mark.parametrize("swapped", ["job", "runs", "run"])
+def test_a_link_the_training_user_put_in_place_of_a_folder_leads_root_nowhere(tmp_path, swapped):
+    """Issue 44: root looked for live runs through the training user's links. A live run elsewhere, reached
+    only through a link put in place of the job, its runs or the run folder, is not read."""
+    elsewhere = run_folder(tmp_path / "elsewhere", f"{os.getpid()}\n")
+    jobs = tmp_path / "jobs"
+    target = {"job": elsewhere.parents[1], "runs": elsewhere.parent, "run": elsewhere}[swapped]
+    place = {"job": jobs / "digits-mlp", "runs": jobs / "digits-mlp" / "runs",
+             "run": jobs / "digits-mlp" / "runs" / elsewhere.name}[swapped]
+    place.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, place)
+    assert lock.live_runs(str(jobs), job_files.PID, job_files.EXIT_CODE) == []
+    assert lock.live_runs(str(tmp_path / "elsewhere" / "jobs")) == ["digits-mlp 20261203T000000Z"]
 
 
 @pytest.fixture
