@@ -120,8 +120,5 @@ def cluster_platform_problem(hostvars, groups):
 class FilterModule:
     def filters(self):
         return {
-            "cluster_host_is_windows": cluster_host_is_windows,
-            "cluster_windows_hosts": cluster_windows_hosts,
-            "cluster_platform": cluster_platform,
             "cluster_platform_problem": cluster_platform_problem,
         }

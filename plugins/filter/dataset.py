@@ -5,15 +5,15 @@ beside the cutter that writes the entries these filters read.
 """
 
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_manifest import (
-    node_manifest, shards_to_send, stale_shards)
+    node_manifest, shards_to_send)
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_placement import (
     dataset_files_for, relay_wave, relay_waves)
 
-__all__ = ["dataset_files_for", "node_manifest", "relay_wave", "relay_waves", "shards_to_send", "stale_shards"]
+__all__ = ["dataset_files_for", "node_manifest", "relay_wave", "relay_waves", "shards_to_send"]
 
 
 class FilterModule:
     def filters(self):
         return {"dataset_files_for": dataset_files_for, "shards_to_send": shards_to_send,
-                "stale_shards": stale_shards, "node_manifest": node_manifest,
+                "node_manifest": node_manifest,
                 "relay_wave": relay_wave, "relay_waves": relay_waves}

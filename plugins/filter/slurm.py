@@ -82,7 +82,7 @@ def slurm_held_words(held):
 
 class FilterModule:
     def filters(self):
-        return {"slurm_hostlist": slurm_hostlist, "slurm_hardware": slurm_hardware,
+        return {"slurm_hostlist": slurm_hostlist,
                 "slurm_node_lines": slurm_node_lines, "slurm_release": slurm_release,
                 "slurm_release_problems": slurm_release_problems,
                 "slurm_cluster": slurm_cluster, "slurm_not_ready": slurm_not_ready,

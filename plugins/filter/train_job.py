@@ -337,7 +337,6 @@ class FilterModule:
                 "train_job_command": train_job_command, "train_job_source_digest": train_job_source_digest,
                 "train_job_source_files": train_job_source_files,
                 "train_job_input_problems": train_job_input_problems,
-                "train_job_part_digests": train_job_part_digests,
                 "train_job_plan": train_job_plan,
-                "train_job_fingerprint": train_job_fingerprint, "train_job_run_files": train_job_run_files,
+                "train_job_run_files": train_job_run_files,
                 "train_job_failure": train_job_failure, "train_job_fetch_list": train_job_fetch_list}

@@ -13,5 +13,4 @@ class FilterModule:
             "cntk_stack_problem": cntk_stack_problem,
             "cntk_artifacts": cntk_artifacts,
             "driver_satisfies": driver_satisfies,
-            "cntk_matrix_rows": cntk_matrix_rows,
         }

@@ -287,14 +287,11 @@ def win_pip_missing(pip_list, pins):
 class FilterModule:
     def filters(self):
         return {
-            "win_quote": win_quote,
-            "win_cmdline": win_cmdline,
             "win_join": win_join,
             "win_relpath": win_relpath,
             "win_mpiexec_argv": win_mpiexec_argv,
             "win_mpiexec_display": win_mpiexec_display,
             "msmpi_version_from_output": msmpi_version_from_output,
-            "win_msiexec_argv": win_msiexec_argv,
             "win_installer_argv": win_installer_argv,
             "win_cuda_installer_argv": win_cuda_installer_argv,
             "win_nvidia_driver_argv": win_nvidia_driver_argv,

@@ -265,16 +265,6 @@ def shards_to_send(stat_results):
     return send
 
 
-def stale_shards(found_files, node_dir, wanted):
-    """Paths of the files found in the node's data folder that no wanted entry
-    names: every non-hidden file but manifest.json, whatever its name (data
-    files of another layout, rank or test set)."""
-    keep = {posixpath.join(node_dir, entry["shard"]) for entry in wanted}
-    keep.add(posixpath.join(node_dir, "manifest.json"))
-    return sorted(f["path"] for f in found_files
-                  if f["path"] not in keep and not posixpath.basename(f["path"]).startswith("."))
-
-
 def node_manifest(wanted, name, layout=None, test=None):
     """What a node holds, for its manifest.json: the data set's name, its layout,
     the test set's file name on this node (or None), and the files."""

@@ -3,7 +3,7 @@ and what its manifest.json says."""
 
 import math
 from ansible_collections.cntk.cluster.plugins.filter.dataset import (
-    dataset_files_for, node_manifest, relay_wave, relay_waves, shards_to_send, stale_shards)
+    dataset_files_for, node_manifest, relay_wave, relay_waves, shards_to_send)
 
 SHARDS = [{"shard": "shard-%05d.ctf" % r, "rank": r, "samples": 10, "bytes": 100, "sha256": "h%d" % r}
           for r in range(4)]
@@ -30,17 +30,6 @@ def test_only_missing_or_damaged_files_are_sent():
                {"item": SHARDS[1], "stat": {"exists": True, "checksum": "other"}},
                {"item": SHARDS[2], "stat": {"exists": False}}]
     assert shards_to_send(results) == [SHARDS[1], SHARDS[2]]
-
-
-def test_every_unwanted_visible_file_is_stale_whatever_its_name():
-    node = "/srv/cntk/data/digits"
-    found = [{"path": node + "/" + name} for name in
-             ["shard-00000.ctf", "shard-00001.ctf", "shard-00009.ctf", "train.ctf", "test.ctf", "manifest.json",
-              "notes.txt", ".hidden"]]
-    wanted = SHARDS[:2] + [{"shard": "test.ctf"}]
-    assert stale_shards(found, node, wanted) == [node + "/notes.txt", node + "/shard-00009.ctf", node + "/train.ctf"]
-    assert stale_shards(found, node, REPLICATED) == sorted(
-        node + "/" + n for n in ["shard-00000.ctf", "shard-00001.ctf", "shard-00009.ctf", "test.ctf", "notes.txt"])
 
 
 def test_the_node_manifest_says_layout_test_set_and_files():
