@@ -41,7 +41,6 @@ every source and data file and the manifest's sha256 after each run.
 import hashlib
 import json
 import os
-import posixpath
 import re
 import stat
 import time
