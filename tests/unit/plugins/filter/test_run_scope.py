@@ -29,7 +29,7 @@ def test_a_mistyped_tag_is_named_with_the_steps_tags():
     assert len(found) == 1
     assert found[0].startswith("--tags trian: no play of this project has that tag")
     assert ("provision, base, openmpi, nvidia, runtime, machines, time, kernel, disks, firewall, ssh, storage, "
-            "scheduler, data, train") in found[0]
+            "scheduler, data, train, fabric") in found[0]
     # Skipping a tag no play has skips nothing: harmless, and what molecule passes.
     assert problems(skip_tags=["molecule-notest", "notest"]) == []
 
