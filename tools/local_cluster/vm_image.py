@@ -97,7 +97,8 @@ IMAGE_FILES = {
 }
 # Written before debootstrap runs (the rest after, as debootstrap writes some of the same files).
 PRE_DEBOOTSTRAP = ("etc/initramfs-tools/", "usr/share/initramfs-tools/", "etc/dpkg/")
-# Run in the chroot after the kernel is in. The apt timers would take apt's lock from under Ansible at boot.
+# Run in the chroot after the kernel is in. The apt timers would take apt's lock from under Ansible at boot. The
+# package lists stay, as in the container image: the roles install from them (through the cluster's apt proxy).
 CHROOT_SCRIPT = """set -eu
 sed -i 's/^update_initramfs=.*/update_initramfs=no/' /etc/initramfs-tools/update-initramfs.conf
 systemctl enable cluster-vm-identity.service systemd-networkd.service ssh.service
@@ -105,7 +106,6 @@ systemctl mask systemd-networkd-wait-online.service apt-daily.timer apt-daily-up
   e2scrub_all.timer e2scrub_reap.service fstrim.timer
 rm -f /etc/ssh/ssh_host_*
 apt-get clean
-rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 """
 
 
@@ -206,4 +206,28 @@ def ensure_vm_image(suite):
         if work.exists():
             subprocess.run(["rm", "-rf", "--one-file-system", str(work)], check=False)
     print(f"built VM image {target.name} in {time.monotonic() - started:.0f}s", flush=True)
+    for old in prune_vm_images(suite, target):
+        print(f"removed VM image {old.name} (an older recipe, no VM uses it)")
     return target
+
+
+def images_in_use(state_root=ROOT / ".cluster"):
+    """The image folders the VMs of every local cluster are made on (their overlays' backing files)."""
+    used = set()
+    for record in state_root.glob("*/vm/node*/qemu.json"):
+        try:
+            used.add(Path(json.loads(record.read_text())["image"]).name)
+        except (OSError, ValueError, KeyError):
+            continue
+    return used
+
+
+def prune_vm_images(suite, keep, image_root=None, state_root=ROOT / ".cluster"):
+    """Older images of the suite that no VM uses removed; the folders removed."""
+    used = images_in_use(state_root)
+    removed = []
+    for old in sorted((image_root or VM_IMAGE_DIR).glob(f"{suite}-*")):
+        if old != keep and old.name not in used and (old / "recipe.json").exists():
+            shutil.rmtree(old)
+            removed.append(old)
+    return removed

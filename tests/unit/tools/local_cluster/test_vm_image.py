@@ -51,3 +51,18 @@ def test_image_files_are_written_with_their_modes(tmp_path):
     resolv = tmp_path / "etc" / "resolv.conf"
     assert not resolv.is_symlink() and resolv.read_text() == ""
     assert stat.S_IMODE((tmp_path / "etc/machine-id").stat().st_mode) == 0o444
+
+
+def test_older_images_are_pruned_unless_a_vm_uses_them(tmp_path):
+    images, state = tmp_path / "images", tmp_path / "state"
+    for name in ("bookworm-new", "bookworm-old", "bookworm-used", "trixie-old", "bookworm-building"):
+        (images / name).mkdir(parents=True)
+        if name != "bookworm-building":
+            (images / name / "recipe.json").write_text("{}")
+    record = state / "vmt" / "vm" / "node1" / "qemu.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"image": "%s"}' % (images / "bookworm-used"))
+    removed = vm_image.prune_vm_images("bookworm", images / "bookworm-new", images, state)
+    assert [p.name for p in removed] == ["bookworm-old"]
+    assert sorted(p.name for p in images.iterdir()) == ["bookworm-building", "bookworm-new", "bookworm-used",
+                                                        "trixie-old"]
