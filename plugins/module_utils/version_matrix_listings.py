@@ -114,6 +114,7 @@ def cntk_matrix_rows(matrix):
             "MS-MPI": str(release["msmpi"]),
             "Python": ", ".join(str(p) for p in release["python"]),
             "min driver": str(cuda["driver_min"]),
+            "compute capability": f"{cuda['compute_capability_min']}-{cuda['compute_capability_max']}",
             "OS": ", ".join(release.get("os_documented", [])),
         })
     return rows
