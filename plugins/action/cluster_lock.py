@@ -34,11 +34,14 @@ def controller_id(path=CONTROLLER_ID):
     0700). A file another user owns or may write, or a link, is refused: it would say whose locks are ours."""
     path = os.path.expanduser(path)
     folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
     try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         pass
+    except OSError as error:
+        raise AnsibleActionFail(f"this controller's id {path} cannot be made ({error.strerror}): the cluster lock "
+                                "names its holder by it. Give this user a writable home (HOME)") from None
     else:
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_hex(16) + "\n")

@@ -165,3 +165,10 @@ def test_a_controller_id_another_user_could_have_written_is_refused(home, tmp_pa
         path.write_text("ubuntu\n")
     with pytest.raises(AnsibleActionFail, match="controller's id"):
         action.controller_id()
+
+
+def test_a_home_where_the_id_cannot_be_made_is_said(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(AnsibleActionFail, match="cannot be made .*writable home"):
+        action.controller_id()
