@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCAL_CLUSTER = ["env", f"PYTHONPATH={ROOT / 'tools'}", sys.executable, "-m", "local_cluster"]
 PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 # The real-CNTK cluster the e2e session shares (tests/e2e/conftest.py): its name, nodes, inventory and runs.
-CNTK_CLUSTER = "cntkreal"
+# CNTK_E2E_CLUSTER names another, so that one file (test_storage.py) can run beside a session on `cntkreal`.
+CNTK_CLUSTER = os.environ.get("CNTK_E2E_CLUSTER") or "cntkreal"
 CNTK_NODES = ["node1", "node2", "node3", "node4"]
 CNTK_INVENTORY = ROOT / ".cluster" / CNTK_CLUSTER / "inventory"
 CNTK_ARTIFACTS = ROOT / ".cluster" / CNTK_CLUSTER / "artifacts"

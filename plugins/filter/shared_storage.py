@@ -20,10 +20,15 @@ def shared_storage_volume_info(xml_text, volume):
     return shared_storage.volume_info(xml_text or "", volume)
 
 
+def shared_storage_option_changes(options, wanted):
+    return shared_storage.option_changes(dict(options or {}), dict(wanted))
+
+
 class FilterModule:
     def filters(self):
         return {
             "shared_storage_replica": shared_storage_replica,
             "shared_storage_bricks": shared_storage_bricks,
             "shared_storage_volume_info": shared_storage_volume_info,
+            "shared_storage_option_changes": shared_storage_option_changes,
         }

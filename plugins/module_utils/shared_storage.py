@@ -31,14 +31,39 @@ def bricks(nodes, brick_dir):
 
 
 def volume_info(xml_text, volume):
-    """What `gluster volume info VOLUME --xml` says of an existing volume: {exists, bricks, status, replica}."""
+    """What `gluster volume info VOLUME --xml` says of an existing volume: {exists, bricks, status, replica,
+    options} (options: the ones set on it, {name: value})."""
     if not xml_text.strip():
-        return {"exists": False, "bricks": [], "status": "", "replica": 0}
+        return {"exists": False, "bricks": [], "status": "", "replica": 0, "options": {}}
     root = ElementTree.fromstring(xml_text)
     for found in root.iter("volume"):
         if (found.findtext("name") or "") != volume:
             continue
         names = [brick.findtext("name") or (brick.text or "").strip() for brick in found.iter("brick")]
+        options = {(option.findtext("name") or ""): (option.findtext("value") or "")
+                   for option in found.iter("option")}
         return {"exists": True, "bricks": names, "status": found.findtext("statusStr") or "",
-                "replica": int(found.findtext("replicaCount") or 1)}
-    return {"exists": False, "bricks": [], "status": "", "replica": 0}
+                "replica": int(found.findtext("replicaCount") or 1), "options": options}
+    return {"exists": False, "bricks": [], "status": "", "replica": 0, "options": {}}
+
+
+# GlusterFS takes any of these for a boolean option and keeps the word it was given.
+_TRUE = ("on", "yes", "true", "enable", "1")
+_FALSE = ("off", "no", "false", "disable", "0")
+
+
+def _same_value(have, want):
+    have, want = str(have).strip().lower(), str(want).strip().lower()
+    for words in (_TRUE, _FALSE):
+        if have in words and want in words:
+            return True
+    if "," in want:
+        return sorted(part.strip() for part in have.split(",")) == sorted(part.strip() for part in want.split(","))
+    return have == want
+
+
+def option_changes(options, wanted):
+    """The [name, value] pairs of `wanted` that the volume's set options (volume_info's) do not already hold, in
+    wanted's order; an option never set counts as not held (GlusterFS's defaults are what this role changes)."""
+    return [[name, str(value)] for name, value in wanted.items()
+            if name not in options or not _same_value(options[name], value)]
