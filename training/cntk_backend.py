@@ -225,6 +225,11 @@ def _train(C, args, communicator_out):
                 args.model, shard, local_minibatch, args.minibatch, mode, cntk_model.device_name(C))
 
     checkpoint_every = int(cntk_model.option(args, "checkpoint_every", 0)) or 10 * progress_every
+    # Per-rank timing (training/README.md, "Per-rank timing"): CNTK aggregates inside train_minibatch, so
+    # the compute a rank's own step needs is measured apart from it, every progress_every steps, by a
+    # forward and backward pass over the same local minibatch (loss.grad: no aggregation, no update).
+    timing = common.RankTiming(step, time.perf_counter, time.process_time)
+    probes = 0
     train_start = window_start = time.time()
     window_samples = samples
     last = (0, 0.0, 0.0)
@@ -247,6 +252,15 @@ def _train(C, args, communicator_out):
         if not trainer.train_minibatch(mb if mb else {}):
             break
         step += 1
+        if mb and step % progress_every == 0:
+            probe_start = time.perf_counter()
+            loss.grad(mb, wrt=model.parameters)
+            probe = time.perf_counter() - probe_start
+            timing.excluded += probe
+            # The first pass builds the backward state: set-up, not a step's compute.
+            if probes:
+                timing.observe(step, probe)
+            probes += 1
         last = cntk_model.last_step(trainer)
         if not block_momentum:
             samples += last[0]  # the global minibatch's size, the same on every rank
@@ -274,6 +288,7 @@ def _train(C, args, communicator_out):
         if step % checkpoint_every == 0 and in_sync():
             save_checkpoint()
     train_seconds = time.time() - train_start
+    timing.stop()
 
     # The last checkpoint is collective and, for block momentum, comes after
     # the final synchronization of the workers' models: every rank is here.
@@ -291,6 +306,10 @@ def _train(C, args, communicator_out):
     if last_loss is not None:
         final_loss = last_loss
     logger.info("done: %d steps, %d global samples in %.2f s", step, samples, train_seconds)
+    mine = timing.record(rank, host, step)
+    logger.info(common.timing_text(mine))
+    # Collective: every rank's timing, by rank, to rank 0 for summary.json.
+    timings = cntk_ranks.gather_json(C, communicator, rank, workers, mine)
     if not is_main:
         return None
 
@@ -322,6 +341,7 @@ def _train(C, args, communicator_out):
         "resumed_at_step": resumed_at_step,
         "seed": args.seed,
     })
+    summary.update(common.timing_summary(timings, "probe", progress_every))
     common.write_json_atomic(os.path.join(output_dir, common.SUMMARY_FILE), summary)
     logger.info("test accuracy %s on %d samples, %.0f samples/s",
                 "n/a" if accuracy is None else "{:.4f}".format(accuracy), test_samples, summary["samples_per_sec"])

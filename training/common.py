@@ -175,3 +175,134 @@ def make_summary(backend, model, hosts, versions, epochs, samples, run_samples, 
         "final_loss": None if final_loss is None else float(final_loss),
         "test_accuracy": None if test_accuracy is None else float(test_accuracy),
     }
+
+
+# Per-rank timing. Every rank keeps its own; rank 0 gathers them into
+# summary.json's rank_timing (numpy: mpi4py's gather; cntk:
+# cntk_ranks.gather_json), so the report reads one file.
+TIMING_BUCKETS = 64
+
+
+class RankTiming(object):
+    """Where one rank's training-loop time went.
+
+    observe(step, compute, comm) takes one step's compute seconds (numpy: the
+    step less its wait in the Allreduce; cntk: the compute probe) and, where
+    measured, its communication seconds. Consecutive observations share a
+    bucket; when TIMING_BUCKETS are full, neighbours merge and a bucket holds
+    twice as many, so memory stays bounded however long the run. The rank's
+    compute figure is the median of the buckets' means: a burst (a page
+    fault, a first call's set-up) does not move it, a slow node does.
+    """
+
+    def __init__(self, first_step, clock, cpu_clock):
+        self._clock, self._cpu_clock = clock, cpu_clock
+        self._wall0, self._cpu0 = clock(), cpu_clock()
+        self._wall = self._cpu = None
+        self._first_step = first_step
+        self._per_bucket = 1
+        self._buckets = []  # [last step, observations, compute sum, comm sum or None]
+        self.compute_total = 0.0
+        self.comm_total = None
+        self.observations = 0
+        self.excluded = 0.0  # seconds of the loop that were no training step (the cntk probe itself)
+
+    def observe(self, step, compute, comm=None):
+        self.observations += 1
+        self.compute_total += compute
+        if comm is not None:
+            self.comm_total = (self.comm_total or 0.0) + comm
+        last = self._buckets[-1] if self._buckets else None
+        if last is not None and last[1] < self._per_bucket:
+            last[0] = step
+            last[1] += 1
+            last[2] += compute
+            last[3] = None if comm is None or last[3] is None else last[3] + comm
+            return
+        self._buckets.append([step, 1, compute, comm])
+        if len(self._buckets) > TIMING_BUCKETS:
+            merged = []
+            for index in range(0, len(self._buckets), 2):
+                pair = self._buckets[index:index + 2]
+                comms = [b[3] for b in pair]
+                merged.append([pair[-1][0], sum(b[1] for b in pair), sum(b[2] for b in pair),
+                               None if None in comms else sum(comms)])
+            self._buckets = merged
+            self._per_bucket *= 2
+
+    def stop(self):
+        """The end of the training loop: what follows (the last checkpoint, gathering the ranks' results) is
+        not a step's time."""
+        self._wall = self._clock() - self._wall0
+        self._cpu = self._cpu_clock() - self._cpu0
+
+    def compute_per_step(self):
+        """The median over buckets of the mean compute seconds per step; None before any observation."""
+        means = sorted(b[2] / b[1] for b in self._buckets)
+        if not means:
+            return None
+        middle = len(means) // 2
+        return means[middle] if len(means) % 2 else (means[middle - 1] + means[middle]) / 2.0
+
+    def record(self, rank, host, steps):
+        """This rank's entry of summary.json's rank_timing (seconds; those of a step are means per step).
+
+        compute_seconds is the mean, compute_median_seconds the median over
+        buckets (what the straggler check compares). comm_seconds: numpy, the
+        measured wait in the Allreduce; where the backend cannot see
+        communication (cntk), the step time less the compute, an estimate of
+        aggregation plus waiting."""
+        if self._wall is None:
+            self.stop()
+        wall, cpu = self._wall, self._cpu
+        steps = max(0, int(steps) - self._first_step)
+        step_seconds = max(0.0, wall - self.excluded) / steps if steps else None
+        compute = self.compute_total / self.observations if self.observations else None
+        if self.comm_total is not None:
+            comm = self.comm_total / steps if steps else None
+        elif step_seconds is not None and compute is not None:
+            comm = max(0.0, step_seconds - compute)
+        else:
+            comm = None
+        return {
+            "rank": int(rank),
+            "host": str(host),
+            "steps": steps,
+            "wall_seconds": round(wall, 6),
+            "cpu_seconds": round(cpu, 6),
+            "cpu_share": round(cpu / wall, 4) if wall > 0 else None,
+            "step_seconds": _rounded(step_seconds),
+            "compute_seconds": _rounded(compute),
+            "compute_median_seconds": _rounded(self.compute_per_step()),
+            "comm_seconds": _rounded(comm),
+            "comm_share": (round(min(1.0, comm / step_seconds), 4)
+                           if comm is not None and step_seconds else None),
+            "observations": self.observations,
+            # [last step, mean compute seconds per step] per bucket: the report's plot over time.
+            "compute_series": [[int(b[0]), _rounded(b[2] / b[1])] for b in self._buckets],
+        }
+
+
+def _rounded(value):
+    return None if value is None else round(float(value), 9)
+
+
+def timing_summary(records, method, probe_every=None):
+    """summary.json's timing fields from every rank's RankTiming.record(), by rank."""
+    shares = [r["comm_share"] for r in records if r.get("comm_share") is not None]
+    return {
+        "rank_timing": list(records),
+        "timing_method": method,
+        "timing_probe_every": probe_every,
+        "comm_share": sum(shares) / len(shares) if shares else None,
+    }
+
+
+def timing_text(record):
+    """A rank's timing as one log line."""
+    def ms(value):
+        return "n/a" if value is None else "{:.3f} ms".format(1000.0 * value)
+    return "timing: {} steps, {} a step: compute {}, communication {} ({}), CPU {} of wall time".format(
+        record["steps"], ms(record["step_seconds"]), ms(record["compute_seconds"]), ms(record["comm_seconds"]),
+        "n/a" if record["comm_share"] is None else "{:.1%}".format(record["comm_share"]),
+        "n/a" if record["cpu_share"] is None else "{:.0%}".format(record["cpu_share"]))

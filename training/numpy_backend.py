@@ -278,6 +278,7 @@ def train(comm, MPI, args, logger):
         tail.append(comm.Iallreduce(contribution[start:], summed[start:], op=MPI.SUM))
         return tail[-1].Test
 
+    timing = common.RankTiming(step, time.perf_counter, time.process_time)
     run_start = window_start = time.perf_counter()
     run_samples = window_samples = 0
     allreduce_seconds = window_allreduce = 0.0
@@ -286,6 +287,7 @@ def train(comm, MPI, args, logger):
             break
         order = epoch_order(args.seed, epoch, rank, len(X))
         for index in range(steps):
+            started = time.perf_counter()
             rows = order[index * batch:(index + 1) * batch]
             model.contribution(theta, X[rows], Y[rows], contribution, send_tail if overlap else None)
             # Only the Allreduce time left after the compute is counted: with overlap, what the
@@ -300,6 +302,8 @@ def train(comm, MPI, args, logger):
             gradient, last_loss, error, count = global_mean(summed)
             theta -= args.lr * gradient
             step += 1
+            # Compute: the step less its wait in the Allreduce (the progress record below is not counted).
+            timing.observe(step, time.perf_counter() - started - waited, waited)
             samples += count
             run_samples += count
             window_samples += count
@@ -321,8 +325,12 @@ def train(comm, MPI, args, logger):
                 save_checkpoint(checkpoint, model, {"theta": theta, "step": step, "epoch": epochs_done,
                                                     "samples": samples, "loss": last_loss}, args.seed)
     seconds = time.perf_counter() - run_start
+    timing.stop()
 
     hosts = comm.allgather(socket.gethostname())
+    mine = timing.record(rank, hosts[rank], step)
+    logger.info(common.timing_text(mine))
+    timings = comm.gather(mine, root=0)
     if rank == 0:
         metrics.close()
         arrays = dict(model.config())
@@ -331,6 +339,7 @@ def train(comm, MPI, args, logger):
         accuracy = model.accuracy(theta, X_test, Y_test)
         summary = common.make_summary("numpy", args.model, hosts, versions(MPI), epochs_done, samples,
                                       run_samples, seconds, allreduce_seconds, last_loss, accuracy)
+        summary.update(common.timing_summary(timings, "measured"))
         common.write_json_atomic(os.path.join(args.output_dir, common.SUMMARY_FILE), summary)
         logger.info("test accuracy %.4f on %d samples, %.0f samples/s, allreduce %.1f%%",
                     accuracy, len(X_test), summary["samples_per_sec"],

@@ -42,6 +42,7 @@ MODELS = ("model.npz", "model.cntk")
 LOGS_DIR = "logs"
 # Written on the controller by job_report.py.
 PLOT = "plot.png"
+TIMING_PLOT = "timing.png"
 REPORT = "report.html"
 
 # job.json keys the readers interpret (the rest are shown as they are).
@@ -59,7 +60,7 @@ JOB_STAND_INS = "stand_ins"
 def reserved_names(platform):
     """Names in the run's folder on the controller that rank 0's output may not take."""
     return sorted({RUN_SCRIPT, HOSTFILE, JOB, PID, MPIRUN_PID, STOP_REASON, EXIT_CODE, HEARTBEAT, STOP_REQUEST,
-                   LAUNCHER_LOG[platform], LOGS_DIR, PLOT, REPORT})
+                   LAUNCHER_LOG[platform], LOGS_DIR, PLOT, TIMING_PLOT, REPORT})
 
 
 def run_files(platform):

@@ -16,7 +16,8 @@ fetched back, as plugins/module_utils/job_files.py names it and roles/train_job/
                       epochs, samples, seconds, samples_per_sec,
                       allreduce_share, final_loss, test_accuracy; the cntk
                       backend writes more keys (shown as they are) and no
-                      allreduce_share
+                      allreduce_share; both write rank_timing, timing_method,
+                      timing_probe_every and comm_share (per-rank timing)
     model.npz | model.cntk
     logs/...          every rank's log files, in any nested layout
                       (logs/node1/rank.0/stdout, logs/node2/1/rank.3/stderr)
@@ -25,7 +26,10 @@ fetched back, as plugins/module_utils/job_files.py names it and roles/train_job/
                       exit code), failed_rank, failed_host
 
 It writes RUN_DIR/plot.png (loss and training accuracy against step,
-1000x500 px, matplotlib's Agg) and RUN_DIR/report.html (one page, inline CSS,
+1000x500 px, matplotlib's Agg), RUN_DIR/timing.png when summary.json has
+rank_timing (each rank's step split into compute and communication, and its
+compute over the run; the straggler, if any, in red: rank_timing.py) and
+RUN_DIR/report.html (one page, inline CSS,
 the plot as a relative <img src="plot.png">, links relative to RUN_DIR, no
 external resource; laid out by roles/train_job/templates/report.html.j2,
 from what page_context computes), and prints the absolute path of report.html as its last
@@ -51,17 +55,18 @@ import tempfile
 import jinja2
 from markupsafe import Markup
 
-from ansible_collections.cntk.cluster.plugins.module_utils import job_files
+from ansible_collections.cntk.cluster.plugins.module_utils import job_files, rank_timing
 from ansible_collections.cntk.cluster.plugins.module_utils.job_files import number, read_json, read_metrics
 from ansible_collections.cntk.cluster.plugins.module_utils.job_report_text import (  # noqa: F401 (re-exported)
     MAX_METRIC_ROWS, PLOT_SIZE_PX, esc, fmt_duration, fmt_float, fmt_int, fmt_percent, fmt_size, fmt_value, nodes_text,
-    ordinal, pick_rows, rank_ranges, tail, url_path, versions_text, viewable, write_plot)
+    ordinal, pick_rows, rank_ranges, tail, url_path, versions_text, viewable, write_plot, write_timing_plot)
 
 METRICS_FILE = job_files.METRICS
 SUMMARY_FILE = job_files.SUMMARY
 JOB_FILE = job_files.JOB
 LOGS_DIR = job_files.LOGS_DIR
 PLOT_FILE = job_files.PLOT
+TIMING_PLOT_FILE = job_files.TIMING_PLOT
 REPORT_FILE = job_files.REPORT
 MODEL_FILES = job_files.MODELS
 
@@ -70,6 +75,8 @@ MODEL_FILES = job_files.MODELS
 SUMMARY_KEYS_SHOWN = {
     "backend", "model", "ranks", "hosts", "versions", "epochs", "samples", "seconds",
     "samples_per_sec", "allreduce_share", "final_loss", "test_accuracy",
+    # Shown in "Where the time went" instead.
+    "rank_timing", "timing_method", "timing_probe_every", "comm_share",
 }
 # job.json keys the job table shows; the rest go under "more".
 JOB_KEYS_SHOWN = {
@@ -345,8 +352,51 @@ def held_out(job_doc):
     return " ".join(map(str, nodes)) if isinstance(nodes, list) else ""
 
 
+TIMING_METHODS = {
+    "measured": "Each rank timed its own steps: communication is its wait in the gradient Allreduce after its "
+                "own compute (waiting for slower ranks included; with overlap, the part hidden behind the "
+                "hidden layer's gradient is not counted), compute the rest of the step.",
+    "probe": "CNTK aggregates the gradients inside train_minibatch, where no timer reaches: every {every} steps "
+             "each rank timed a forward and backward pass over its own minibatch (the compute probe, no "
+             "aggregation; the first pass, set-up, not counted). Communication and waiting is the rank's step "
+             "time less that compute: an estimate.",
+}
+
+
+def timing_section(summary, stragglers_found, rows, plot_problem):
+    """The per-rank timing section ({rows, stragglers, comm_share, method, margin, plot, plot_problem}), or None
+    when the run recorded no rank_timing (a failed run, an older train.py, a job of one's own)."""
+    if not rows:
+        return None
+    slow = {item["rank"] for item in stragglers_found}
+
+    def ms(value):
+        return or_dash(None if value is None else "{:.3f}".format(1000.0 * value))
+
+    table = [{"hot": row["rank"] in slow,
+              "cells": [row["rank"], or_dash(row["host"]), or_dash(fmt_int(row["steps"])), ms(row["step"]),
+                        ms(row["compute"]), ms(row["compute_median"]), ms(row["comm"]), ms(row["other"]),
+                        or_dash(fmt_percent(row["comm_share"])), or_dash(fmt_percent(row["cpu_share"], 0))]}
+             for row in rows]
+    method = summary.get("timing_method")
+    every = summary.get("timing_probe_every")
+    plot = None
+    if plot_problem is None:
+        plot = {"src": TIMING_PLOT_FILE, "width": PLOT_SIZE_PX[0], "height": PLOT_SIZE_PX[1]}
+    return {
+        "rows": table,
+        "stragglers": [rank_timing.straggler_text(item) for item in stragglers_found],
+        "comm_share": or_dash(fmt_percent(rank_timing.job_comm_share(summary, rows))),
+        "method": TIMING_METHODS.get(method, "").format(every=every if every is not None else "N"),
+        "margin": "a rank whose median compute a step is more than {:g}\u00d7 the other ranks' median and longer "
+                  "than it by at least {:.0%} of the job's median step".format(rank_timing.STRAGGLER_FACTOR,
+                                                                             rank_timing.STRAGGLER_STEP_SHARE),
+        "plot": plot, "plot_problem": plot_problem,
+    }
+
+
 def page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
-                 metrics_problem, plot_problem):
+                 metrics_problem, plot_problem, timing_plot_problem="not drawn"):
     """Everything report.html.j2 shows, computed, in the page's order; the
     template only lays it out."""
     job = Job(run_dir, job_doc, summary)
@@ -365,7 +415,8 @@ def page_context(run_dir, job_doc, job_problem, summary, summary_problem, record
     plot = None
     if os.path.isfile(os.path.join(run_dir, PLOT_FILE)) and not plot_problem and records:
         plot = {"src": PLOT_FILE, "width": PLOT_SIZE_PX[0], "height": PLOT_SIZE_PX[1]}
-    known = {METRICS_FILE, SUMMARY_FILE, JOB_FILE, PLOT_FILE, REPORT_FILE} | set(MODEL_FILES)
+    known = {METRICS_FILE, SUMMARY_FILE, JOB_FILE, PLOT_FILE, TIMING_PLOT_FILE, REPORT_FILE} | set(MODEL_FILES)
+    timing_rows = rank_timing.rank_rows(summary)
     others = [(p, fmt_size(s)) for p, s in list_files(run_dir, None)
               if p not in known and not p.startswith(LOGS_DIR + "/") and not p.endswith(".tmp")
               and not p.endswith(".tmp.png")]
@@ -386,6 +437,8 @@ def page_context(run_dir, job_doc, job_problem, summary, summary_problem, record
         "failed_log": failed_rank_log(run_dir, job, logs),
         "plot": plot,
         "progress": progress_table(records) if records else None, "metrics_problem": metrics_problem,
+        "timing": timing_section(summary, rank_timing.find_stragglers(timing_rows), timing_rows,
+                                 timing_plot_problem),
         "logs": log_rows(job, logs),
         "models": [(name, fmt_size(size)) for name, size in models],
         "others": others,
@@ -395,9 +448,9 @@ def page_context(run_dir, job_doc, job_problem, summary, summary_problem, record
 
 
 def build_page(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
-               metrics_problem, plot_problem):
+               metrics_problem, plot_problem, timing_plot_problem="not drawn"):
     context = page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
-                           metrics_problem, plot_problem)
+                           metrics_problem, plot_problem, timing_plot_problem)
     return template_environment().get_template(TEMPLATE_FILE).render(context)
 
 
@@ -413,6 +466,25 @@ def write_text_atomic(path, text):
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def write_timing(run_dir, job_doc, summary):
+    """Draw timing.png from summary.json's rank_timing; None when drawn, else why not (a stale one is removed,
+    so the page never shows another run's figure)."""
+    path = os.path.join(run_dir, TIMING_PLOT_FILE)
+    rows = rank_timing.rank_rows(summary)
+    if not rows:
+        if os.path.isfile(path):
+            os.unlink(path)
+        return "no rank timing"
+    found = rank_timing.find_stragglers(rows)
+    title = Job(run_dir, job_doc, summary).plot_title() + " \u2014 " + (
+        "straggler: " + ", ".join("rank {}{}".format(item["rank"], " on " + item["host"] if item["host"] else "")
+                                  for item in found) if found else "no straggler")
+    try:
+        return write_timing_plot(path, rows, found, title)
+    except Exception as error:  # a report without this figure beats no report
+        return "plotting failed: {}: {}".format(type(error).__name__, error)
 
 
 def report(run_dir):
@@ -431,8 +503,9 @@ def report(run_dir):
             plot_problem = "plotting failed: {}: {}".format(type(error).__name__, error)
     else:
         plot_problem = "no metrics"
+    timing_plot_problem = write_timing(run_dir, job_doc, summary)
     page = build_page(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
-                      metrics_problem, plot_problem)
+                      metrics_problem, plot_problem, timing_plot_problem)
     report_path = os.path.join(run_dir, REPORT_FILE)
     write_text_atomic(report_path, page)
     return report_path

@@ -228,3 +228,80 @@ def write_plot(path, records, job, test_accuracy=None):
     figure.savefig(temporary, dpi=PLOT_DPI, format="png")
     os.replace(temporary, path)
     return None
+
+
+def write_timing_plot(path, rows, stragglers, title):
+    """Per-rank timing, side by side: each rank's step split into compute, communication and the rest (ms a
+    step, stacked bars, a straggler's bar outlined in red), and each rank's compute per step over the run
+    (a straggler's line red). None when written, else why not."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as error:
+        return "matplotlib is not available ({})".format(error)
+    if not rows:
+        return "no rank timing"
+
+    slow = {item["rank"] for item in stragglers}
+    figure = Figure(figsize=(PLOT_SIZE_PX[0] / float(PLOT_DPI), PLOT_SIZE_PX[1] / float(PLOT_DPI)),
+                    dpi=PLOT_DPI, layout="constrained")
+    figure.suptitle(title.replace("$", r"\$"), fontsize=13)
+    bars, lines = figure.subplots(1, 2)
+
+    ranks = [row["rank"] for row in rows]
+    bottom = [0.0] * len(rows)
+    parts = (("compute", "compute", "#1f77b4"), ("comm", "communication and waiting", "#ff7f0e"),
+             ("other", "rest of the step", "#c7c7c7"))
+    for key, label, colour in parts:
+        values = [1000.0 * (row.get(key) or 0.0) for row in rows]
+        if not any(values):
+            continue
+        bars.bar(ranks, values, bottom=bottom, color=colour, label=label, width=0.8,
+                 edgecolor=["#d62728" if rank in slow else colour for rank in ranks],
+                 linewidth=[2.0 if rank in slow else 0.0 for rank in ranks])
+        bottom = [b + v for b, v in zip(bottom, values)]
+    for rank, height in zip(ranks, bottom):
+        if rank in slow:
+            bars.annotate("straggler", (rank, height), ha="center", va="bottom", fontsize=9, color="#d62728")
+    bars.set_xlabel("rank", fontsize=11)
+    bars.set_ylabel("ms a step (mean)", fontsize=11)
+    bars.set_title("where each rank's step went", fontsize=12)
+    bars.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bars.grid(True, axis="y", color="0.88", linewidth=0.8)
+    # Headroom above the bars for the legend and the straggler's label.
+    bars.set_ylim(0, 1.3 * max(bottom) if max(bottom) > 0 else 1.0)
+    bars.legend(loc="upper center", fontsize=9, ncol=3)
+
+    drawn = 0
+    # Few ranks and none slow: a colour each; otherwise the straggler red against grey.
+    palette = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+    coloured = not slow and len(rows) <= len(palette)
+    for index, row in enumerate(rows):
+        series = row.get("series") or []
+        if not series:
+            continue
+        hot = row["rank"] in slow
+        colour = "#d62728" if hot else (palette[index] if coloured else "0.6")
+        lines.plot([s for s, _ in series], [1000.0 * v for _, v in series],
+                   color=colour, linewidth=2.0 if hot else 1.0, zorder=3 if hot else 2,
+                   label="rank {}{}".format(row["rank"], " (straggler)" if hot else "") if hot or len(rows) <= 8
+                   else None)
+        drawn += 1
+    if drawn:
+        top = max(1000.0 * v for row in rows for _, v in row.get("series") or [])
+        lines.set_ylim(0, 1.35 * top if top > 0 else 1.0)
+        lines.legend(loc="upper center", fontsize=8, ncol=3)
+    else:
+        lines.text(0.5, 0.5, "no compute series recorded", ha="center", va="center",
+                   transform=lines.transAxes, color="0.4")
+    lines.set_xlabel("step", fontsize=11)
+    lines.set_ylabel("compute, ms a step", fontsize=11)
+    lines.set_title("compute per step over the run, by rank", fontsize=12)
+    lines.grid(True, color="0.88", linewidth=0.8)
+
+    temporary = path + ".tmp.png"
+    figure.savefig(temporary, dpi=PLOT_DPI, format="png")
+    os.replace(temporary, path)
+    return None

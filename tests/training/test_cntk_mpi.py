@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from test_mpi_training import SUMMARY_KEYS, METRICS_KEYS, TRAIN_SAMPLES, job, read_metrics
+from test_mpi_training import SUMMARY_KEYS, METRICS_KEYS, TRAIN_SAMPLES, check_rank_timing, job, read_metrics
 
 CNTK_EXTRAS = {"hidden", "distributed", "quantization_bits", "device", "minibatch", "minibatch_per_rank", "lr",
                "max_samples", "steps", "wall_seconds", "test_samples", "resumed", "resumed_at_step",
@@ -56,6 +56,10 @@ def test_three_ranks_learn_digits_with_64_samples_a_step(digits, digits_shards, 
     assert summary["distributed"] == "data_parallel" and summary["device"] == "cpu:0"
     # 64 = 22 + 21 + 21: nothing dropped.
     assert (summary["minibatch"], summary["minibatch_per_rank"]) == (64, [22, 21, 21])
+    # Timing from outside CNTK's update: a compute probe every --progress-every steps, the first not counted.
+    assert (summary["timing_method"], summary["timing_probe_every"]) == ("probe", 5)
+    # (A rank whose shard ran out passes an empty minibatch for the last steps: no probe there.)
+    check_rank_timing(summary, summary["steps"], range(summary["steps"] // 5 - 2, summary["steps"] // 5))
 
     metrics = read_metrics(tmp_path / "output")
     assert all(set(record) == METRICS_KEYS for record in metrics)

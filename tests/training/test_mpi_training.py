@@ -2,13 +2,37 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
 
 METRICS_KEYS = {"step", "epoch", "samples", "loss", "metric", "samples_per_sec", "allreduce_share"}
 SUMMARY_KEYS = {"backend", "model", "ranks", "hosts", "versions", "epochs", "samples", "seconds",
-                "samples_per_sec", "allreduce_share", "final_loss", "test_accuracy"}
+                "samples_per_sec", "allreduce_share", "final_loss", "test_accuracy",
+                "rank_timing", "timing_method", "timing_probe_every", "comm_share"}
+RANK_TIMING_KEYS = {"rank", "host", "steps", "wall_seconds", "cpu_seconds", "cpu_share", "step_seconds",
+                    "compute_seconds", "compute_median_seconds", "comm_seconds", "comm_share", "observations",
+                    "compute_series"}
+
+
+def check_rank_timing(summary, steps, observations):
+    """Every rank's timing, by rank, with its host: figures that add up."""
+    timing = summary["rank_timing"]
+    assert [entry["rank"] for entry in timing] == list(range(summary["ranks"]))
+    assert [entry["host"] for entry in timing] == summary["hosts"]
+    for entry in timing:
+        assert set(entry) == RANK_TIMING_KEYS
+        assert entry["steps"] == steps and entry["observations"] in observations
+        assert 0 < entry["compute_seconds"] and 0 < entry["compute_median_seconds"]
+        assert 0 <= entry["comm_seconds"] and 0 <= entry["comm_share"] <= 1
+        assert entry["step_seconds"] * steps <= entry["wall_seconds"] * 1.0001
+        assert 0 < entry["cpu_seconds"] and 0 < entry["cpu_share"]
+        series = entry["compute_series"]
+        assert 0 < len(series) <= 64 and [s for s, _ in series] == sorted(s for s, _ in series)
+        assert all(value > 0 for _, value in series)
+    shares = [entry["comm_share"] for entry in timing]
+    assert summary["comm_share"] == pytest.approx(sum(shares) / len(shares))
 TRAIN_SAMPLES = 1438
 
 
@@ -37,6 +61,12 @@ def test_two_ranks_learn_digits(digits, digits_shards, train_numpy, tmp_path):
     assert summary["test_accuracy"] >= 0.90
     assert 0.0 <= summary["allreduce_share"] <= 1.0
     assert summary["samples_per_sec"] > 0 and math.isfinite(summary["final_loss"])
+    # Every step timed on every rank: compute, and the wait in the Allreduce measured.
+    assert (summary["timing_method"], summary["timing_probe_every"]) == ("measured", None)
+    check_rank_timing(summary, 230, [230])
+    for entry in summary["rank_timing"]:
+        assert entry["compute_seconds"] + entry["comm_seconds"] <= entry["step_seconds"] * 1.0001
+    assert summary["rank_timing"][0]["comm_share"] == pytest.approx(summary["allreduce_share"], abs=0.05)
 
     metrics = read_metrics(output)
     assert all(set(record) == METRICS_KEYS for record in metrics)
@@ -52,6 +82,7 @@ def test_two_ranks_learn_digits(digits, digits_shards, train_numpy, tmp_path):
         assert str(model["model"]) == "softmax"
     for rank in (0, 1):
         assert "rank {}/2".format(rank) in result.stdout
+        assert re.search(r"rank {}/2 .* timing: 230 steps, [0-9.]+ ms a step: compute".format(rank), result.stdout)
     assert "test accuracy" in result.stdout and "done:" in result.stdout
 
 

@@ -357,3 +357,64 @@ def test_a_page_or_picture_a_job_wrote_is_linked_for_download_only_and_the_repor
     # A rank's stdout is the job's own text with no extension, which a browser may sniff as a page.
     assert all(download for name, download in parser.anchors.items() if name.startswith("logs/"))
     assert parser.policy.startswith("default-src 'none';") and "script-src" not in parser.policy
+
+
+def timed_summary(run_dir, slow_ranks=(), method="measured"):
+    """Add rank_timing to the run's summary.json: every rank alike, or slow_ranks computing at twice the pace
+    while the others wait for them in the Allreduce."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    entries = []
+    for rank, host in enumerate(HOSTS):
+        slow = rank in slow_ranks
+        compute = (0.020 if slow else 0.010) * (1.0 + 0.01 * rank)
+        comm = 0.002 if slow or not slow_ranks else 0.012
+        entries.append({"rank": rank, "host": host, "steps": 50, "step_seconds": compute + comm + 0.0005,
+                        "compute_seconds": compute, "compute_median_seconds": compute, "comm_seconds": comm,
+                        "comm_share": comm / (compute + comm + 0.0005), "cpu_share": 0.98,
+                        "wall_seconds": 1.6, "cpu_seconds": 1.55, "observations": 50,
+                        "compute_series": [[step, compute] for step in range(5, 51, 5)]})
+    summary.update(rank_timing=entries, timing_method=method, timing_probe_every=10 if method == "probe" else None,
+                   comm_share=sum(e["comm_share"] for e in entries) / len(entries))
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return summary
+
+
+def test_rank_timing_names_the_straggler_and_its_host(good_run):
+    timed_summary(good_run, slow_ranks=(3,))
+    assert job_report.main([str(good_run)]) == 0
+    page = (good_run / "report.html").read_text()
+    assert png_size(good_run / "timing.png") == (1000, 500)
+    assert "timing.png" in links(page).images
+    banner = re.search(r'<div class="failed"><strong>Straggler</strong>(.*?)</div>', page, re.S).group(1)
+    assert "rank 3 on node2" in banner and "the other ranks&#x27; median" in banner
+    hot = re.findall(r'<tr class="hot"><td>(\d+)</td><td>([^<]*)</td>', page)
+    assert hot == [("3", "node2")]
+    assert "Share of step time spent communicating" in page
+    assert "1.25\u00d7 the other ranks&#x27; median" in page  # the margin, documented on the page
+    assert "timing.png" not in links(page).hrefs  # the report's own figure, not listed among the job's files
+
+
+def test_rank_timing_of_an_even_run_names_nobody(good_run):
+    summary = timed_summary(good_run)
+    assert job_report.main([str(good_run)]) == 0
+    page = (good_run / "report.html").read_text()
+    assert "No straggler" in page and "<strong>Straggler</strong>" not in page
+    assert '<tr class="hot">' not in page
+    assert "{:.1f}%".format(100 * summary["comm_share"]) in page
+    assert png_size(good_run / "timing.png") == (1000, 500)
+
+
+def test_cntk_timing_explains_the_probe_and_a_stale_figure_goes(good_run):
+    timed_summary(good_run, slow_ranks=(4, 5), method="probe")
+    assert job_report.main([str(good_run)]) == 0
+    page = (good_run / "report.html").read_text()
+    assert "every 10 steps" in page and "an estimate" in page
+    assert "rank 4 on node3" in page and "rank 5 on node3" in page
+
+    # Rendered again from a summary without rank_timing (an older train.py): no section, no old figure.
+    summary = json.loads((good_run / "summary.json").read_text())
+    del summary["rank_timing"]
+    (good_run / "summary.json").write_text(json.dumps(summary))
+    assert job_report.main([str(good_run)]) == 0
+    page = (good_run / "report.html").read_text()
+    assert not (good_run / "timing.png").exists() and "Where the time went" not in page
