@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.cntk.cluster.plugins.module_utils import job_files, train_plan
+from ansible_collections.cntk.cluster.plugins.module_utils import cntk_porting, job_files, train_plan
 
 SEPARATOR = {"Linux": "/", "Windows": "\\"}
 
@@ -220,7 +220,7 @@ def train_job_input_problems(spec):
             problems.append(f"train_job_source={source} holds set-user-ID, set-group-ID or sticky files: "
                             f"{', '.join(special[:5])}{' ...' if len(special) > 5 else ''}; root installs the "
                             "code on every node and keeps no such bit: clear them (chmod ug-s,-t FILE)")
-    problems += _limit_problems(spec) + _retry_problems(spec)
+    problems += _limit_problems(spec) + _retry_problems(spec) + cntk_porting.refusals(_script_findings(spec))
     args = spec.get("args")
     if not isinstance(args, Mapping) and not (isinstance(args, (list, tuple))
                                               and all(isinstance(arg, str) for arg in args)):
@@ -228,6 +228,25 @@ def train_job_input_problems(spec):
         problems.append(f"train_job_args holds {wrong!r}: give a list of strings, passed to the program as they "
                         "are (quote numbers: ['--epochs', '10']), or a mapping of train.py's options")
     return problems
+
+
+def _script_findings(spec):
+    """The job's .py files, as sent, checked for walk-through lines CNTK 2.7 does not run
+    (plugins/module_utils/cntk_porting.py); a shared source is not on the controller to read."""
+    source = str(spec.get("source") or "")
+    if spec.get("shared") or not os.path.isdir(source):
+        return []
+    return cntk_porting.check_files(source, train_job_source_files(source, spec.get("exclude") or ()))
+
+
+def train_job_script_warnings(spec):
+    """The walk-through lines in the job's script that run but should change (deprecated, or wrong but
+    running), and the files not checked, each with what to write instead; [] when none. `spec` as for
+    train_job_input_problems (source, shared, exclude). The lines that always fail are input problems."""
+    if spec.get("shared"):
+        return [f"train_job_source={spec.get('source')} is on the shared filesystem, not on the controller: "
+                "not checked for walk-through lines that fail on CNTK 2.7 (docs/communication.md lists them)"]
+    return cntk_porting.warnings(_script_findings(spec))
 
 
 def _retry_problems(spec):
@@ -337,6 +356,7 @@ class FilterModule:
                 "train_job_command": train_job_command, "train_job_source_digest": train_job_source_digest,
                 "train_job_source_files": train_job_source_files,
                 "train_job_input_problems": train_job_input_problems,
+                "train_job_script_warnings": train_job_script_warnings,
                 "train_job_plan": train_job_plan,
                 "train_job_run_files": train_job_run_files,
                 "train_job_failure": train_job_failure, "train_job_fetch_list": train_job_fetch_list}

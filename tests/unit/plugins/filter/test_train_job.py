@@ -282,5 +282,5 @@ def test_run_files_name_each_platforms_launcher_log():
 def test_filters_are_registered():
     assert set(tj.FilterModule().filters()) == {
         "train_job_program_args", "train_job_job_env", "train_job_command", "train_job_source_digest",
-        "train_job_source_files", "train_job_input_problems", "train_job_run_files",
+        "train_job_source_files", "train_job_input_problems", "train_job_script_warnings", "train_job_run_files",
         "train_job_failure", "train_job_fetch_list", "train_job_plan"}
