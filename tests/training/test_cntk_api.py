@@ -209,3 +209,51 @@ def test_every_distributed_learner_mode_and_its_refusals(probe):
     assert facts["gather"] == [[1.5, 2.0]]
     assert facts["gather_json"] == [{"host": "h", "problems": []}]
     assert facts["device"] == "cpu:0"
+
+
+# The walk-through lines the train step checks a job's script for (plugins/module_utils/cntk_porting.py),
+# and the lines it says to write instead, on the real wheel.
+WALKTHROUGH_FACTS = textwrap.dedent("""\
+    import json, numpy as np, cntk as C
+    facts = {"init": hasattr(C.distributed.Communicator, "init") or hasattr(C.train.distributed.Communicator, "init")}
+    try:
+        C.distributed.Communicator()
+        facts["construct"] = None
+    except Exception as error:
+        facts["construct"] = "{}: {}".format(type(error).__name__, error)
+    hot = C.one_hot(np.array([[1], [2]], dtype=np.float32), 10)
+    facts["one_hot"] = [type(hot).__name__, isinstance(hot, np.ndarray)]
+    old, new = C.learning_rate_schedule(0.1, C.UnitType.minibatch, 100), C.learning_parameter_schedule(0.1, epoch_size=100)
+    facts["schedule"] = [[old[i], old.minibatch_size] for i in (0, 99, 100)] == [[new[i], new.minibatch_size] for i in (0, 99, 100)]
+    old, new = C.learning_rate_schedule(0.1, C.UnitType.sample), C.learning_parameter_schedule_per_sample(0.1)
+    facts["per_sample"] = [old[0], old.minibatch_size] == [new[0], new.minibatch_size]
+    facts["deprecated"] = "Deprecated:: 2.2" in C.learning_rate_schedule.__doc__
+    print("FACTS " + json.dumps(facts))
+    """)
+
+
+def test_the_porting_check_agrees_with_the_wheel(cntk_runtime, tmp_path):
+    from ansible_collections.cntk.cluster.plugins.module_utils import cntk_porting
+
+    python, mpi_dir = cntk_runtime
+    script = tmp_path / "facts.py"
+    script.write_text(WALKTHROUGH_FACTS)
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1",
+               LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(mpi_dir), os.environ.get("LD_LIBRARY_PATH")])))
+    result = subprocess.run([str(python), str(script)], capture_output=True, text=True, env=env, timeout=300)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("FACTS ")]
+    assert result.returncode == 0 and lines, result.stdout + result.stderr[-4000:]
+    facts = json.loads(lines[-1][len("FACTS "):])
+    # Refused: they fail on every run.
+    assert facts["init"] is False
+    assert facts["construct"] == "AttributeError: No constructor defined - class is abstract"
+    # Warned: C.one_hot on numpy labels gives a graph op, not rows; the old schedule runs, deprecated, and the
+    # replacement the check names is the same schedule.
+    assert facts["one_hot"] == ["Function", False]
+    assert facts["schedule"] and facts["per_sample"] and facts["deprecated"]
+    found = cntk_porting.check_source(
+        "import cntk as C\nC.distributed.Communicator.init()\nC.distributed.Communicator()\n"
+        "C.one_hot(labels, 10)\nC.learning_rate_schedule(0.1, C.UnitType.minibatch, 100)\n")
+    assert [(f.line, f.kind) for f in found] == [(2, "refuse"), (3, "refuse"), (4, "warn"), (5, "warn")]
+    assert "no attribute 'init'" in found[0].why and facts["construct"].split(": ", 1)[1] in found[1].why
+    assert found[3].instead.startswith("C.learning_parameter_schedule(0.1, epoch_size=100)")
