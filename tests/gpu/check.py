@@ -12,8 +12,14 @@ Needs only python3 (stdlib) and the NVIDIA driver; not run by `make test`
    nvidia-smi's, each device's compute capability at least the matrix's
    minimum for CNTK 2.7 (3.0); a warning above sm_70, where CNTK 2.7's kernels
    rely on PTX JIT.
-3. libnccl.so.2 if the linker finds it: its version.
-4. nccl-tests' all_reduce_perf (--nccl-tests: a built tree, a source tree,
+3. Each GPU's model and compute capability (nvidia-smi's name and
+   compute_cap, else the CUDA driver API's, else the PCI id from lspci
+   looked up in plugins/module_utils/gpu_capability.py) against the range
+   matrix/cntk.yml gives the stack's CUDA (3.0-7.5 for CUDA 10.0): "ok"
+   inside, "outside" (reported, not a failure of the machine) beyond it; a
+   PCI-id table entry the driver contradicts is a failure.
+4. libnccl.so.2 if the linker finds it: its version.
+5. nccl-tests' all_reduce_perf (--nccl-tests: a built tree, a source tree,
    or the tarball matrix/cntk.yml pins, checked against its sha256; sources
    are built with nvcc) over every GPU, 8 B..256 MB: the bus bandwidth table.
 
@@ -24,6 +30,7 @@ failed check. Each check is skipped with the reason when its tool is absent.
 import argparse
 import ctypes
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -93,6 +100,67 @@ def check_cuda_driver_api(result, expected, min_cc):
                     if any(version_tuple(cc) > (7, 0) for cc in devices) else None)}
 
 
+def gpu_capability_module():
+    """plugins/module_utils/gpu_capability.py (pure stdlib), loaded by path: no Ansible needed here."""
+    spec = importlib.util.spec_from_file_location(
+        "gpu_capability", str(ROOT / "plugins" / "module_utils" / "gpu_capability.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(argv):
+    if not shutil.which(argv[0]):
+        return None
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    return out.stdout if out.returncode == 0 else None
+
+
+def sysfs_text(root="/sys/bus/pci/devices"):
+    """What `grep -H . <dev>/vendor <dev>/device <dev>/class` prints for every NVIDIA PCI device (no pciutils)."""
+    lines = []
+    for folder in sorted(Path(root).glob("*")) if Path(root).is_dir() else []:
+        try:
+            fields = {name: (folder / name).read_text().strip() for name in ("vendor", "device", "class")}
+        except OSError:
+            continue
+        if fields["vendor"] == "0x10de":
+            lines += ["%s/%s:%s" % (folder, name, value) for name, value in fields.items()]
+    return "\n".join(lines)
+
+
+def check_compute_capability(result, cuda, minimum, maximum):
+    gc = gpu_capability_module()
+    smi = _run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"])
+    lspci = _run(["lspci", "-nn", "-d", "10de:"])
+    table = gc.read_gpus(None, lspci, None if lspci is not None else sysfs_text())
+    reading = gc.read_gpus(smi)
+    # A driver older than 510 has no compute_cap: nvidia-smi's names with the driver API's capabilities (check 2).
+    driver = (result.get("cuda_driver_api") or {}).get("compute_capability") or []
+    names = [gpu.get("name") for gpu in (result.get("nvidia_smi") or {}).get("gpus") or []]
+    if not reading["gpus"] and driver and len(names) == len(driver):
+        reading = {"source": "cuda driver api", "gpus": [
+            {"id": "GPU %d" % i, "name": name, "model": gc.model_of(name), "compute_capability": cc}
+            for i, (name, cc) in enumerate(zip(names, driver))]}
+    # The project's PCI-id table (what preflight uses before a driver is there) against the driver's answer.
+    by_model = {gpu["model"]: gpu["compute_capability"] for gpu in table["gpus"] if gpu["compute_capability"]}
+    wrong = ["%s: table %s, driver %s" % (gpu["model"], by_model[gpu["model"]], gpu["compute_capability"])
+             for gpu in reading["gpus"] if by_model.get(gpu["model"]) not in (None, gpu["compute_capability"])]
+    if not reading["gpus"]:
+        reading = table
+    low, high = gc.capability_tuple(minimum), gc.capability_tuple(maximum)
+    gpus = [dict(gpu, covered=gpu["compute_capability"] is not None
+                 and low <= gc.capability_tuple(gpu["compute_capability"]) <= high) for gpu in reading["gpus"]]
+    verdict = gc.report(reading, minimum, maximum, False, result["host"], "CUDA " + cuda)
+    status = "skipped" if not gpus else "fail" if wrong else "ok" if all(g["covered"] for g in gpus) else "outside"
+    result["compute_capability"] = {
+        "status": status, "source": reading["source"], "cuda": cuda, "range": "%s-%s" % (minimum, maximum),
+        "gpus": gpus, "pci_table": {"source": table["source"], "gpus": table["gpus"]},
+        "why": ("no GPU read (nvidia-smi, lspci, sysfs)" if not gpus else
+                "the PCI-id table disagrees with the driver: " + "; ".join(wrong) if wrong else
+                verdict["problem"] or None)}
+
+
 def check_nccl(result):
     try:
         nccl = ctypes.CDLL("libnccl.so.2")
@@ -154,9 +222,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     driver_min = matrix_value(("cuda", args.cuda), "driver_min")
     min_cc = matrix_value(("cntk", args.cntk), "min_compute_capability")
+    cc_range = [matrix_value(("cuda", args.cuda), "compute_capability_" + end) for end in ("min", "max")]
     result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": os.uname().nodename}
     gpus = check_nvidia_smi(result, driver_min)
     check_cuda_driver_api(result, len(gpus), min_cc)
+    check_compute_capability(result, args.cuda, *cc_range)
     check_nccl(result)
     check_nccl_tests(result, args.nccl_tests, len(gpus))
     out = Path(args.out)
