@@ -190,9 +190,10 @@ class RankTiming(object):
     step less its wait in the Allreduce; cntk: the compute probe) and, where
     measured, its communication seconds. Consecutive observations share a
     bucket; when TIMING_BUCKETS are full, neighbours merge and a bucket holds
-    twice as many, so memory stays bounded however long the run. The rank's
-    compute figure is the median of the buckets' means: a burst (a page
-    fault, a first call's set-up) does not move it, a slow node does.
+    twice as many, so memory stays bounded however long the run. The
+    buckets give the report its compute-over-time line and the median of
+    their means (a figure a one-off burst does not move); the mean over all
+    steps is what the other ranks waited for.
     """
 
     def __init__(self, first_step, clock, cpu_clock):

@@ -388,7 +388,7 @@ def timing_section(summary, stragglers_found, rows, plot_problem):
         "stragglers": [rank_timing.straggler_text(item) for item in stragglers_found],
         "comm_share": or_dash(fmt_percent(rank_timing.job_comm_share(summary, rows))),
         "method": TIMING_METHODS.get(method, "").format(every=every if every is not None else "N"),
-        "margin": "a rank whose median compute a step is more than {:g}\u00d7 the other ranks' median and longer "
+        "margin": "a rank whose mean compute a step is more than {:g}\u00d7 the other ranks' median and longer "
                   "than it by at least {:.0%} of the job's median step".format(rank_timing.STRAGGLER_FACTOR,
                                                                              rank_timing.STRAGGLER_STEP_SHARE),
         "plot": plot, "plot_problem": plot_problem,

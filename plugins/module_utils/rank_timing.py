@@ -5,8 +5,9 @@ one entry per rank, written by rank 0 from every rank's own measurements)
 and decides which rank, if any, held the others back. Standard library only;
 the report (job_report.py) shows and plots what this returns.
 
-A straggler is a rank whose compute per step (the median over the run,
-compute_median_seconds) is both
+A straggler is a rank whose compute per step (the mean over the run,
+compute_seconds: its total compute over its steps, which is what the other
+ranks waited for) is both
 
 - more than STRAGGLER_FACTOR times the median of the other ranks' figures, and
 - longer than theirs by at least STRAGGLER_STEP_SHARE of the job's median
@@ -16,7 +17,10 @@ so the margin is relative twice over, never an absolute number of seconds:
 the first says the rank is slow against its peers, the second that the
 difference matters to the step (in a step of 3 ms, 0.1 ms more compute is
 noise from a loaded host, not a slow node: the other ranks barely wait).
-With fewer than two ranks timed, no rank is named.
+With fewer than two ranks timed, no rank is named. The mean, not the median
+(compute_median_seconds, shown beside it): a rank throttled by a CPU quota
+or stopped now and then is slow in a few long pauses, which a median over
+the run would not see, and the others wait through every one of them.
 """
 
 from ansible_collections.cntk.cluster.plugins.module_utils.job_files import number
@@ -61,7 +65,7 @@ def rank_rows(summary):
             "host": str(entry.get("host")) if entry.get("host") is not None else None,
             "steps": number(entry.get("steps")),
             "step": step, "compute": compute,
-            "compute_median": compute_median if compute_median is not None else compute,
+            "compute_median": compute_median,
             "comm": comm, "other": other,
             "comm_share": number(entry.get("comm_share")), "cpu_share": number(entry.get("cpu_share")),
             "series": series,
@@ -73,17 +77,17 @@ def find_stragglers(rows, factor=STRAGGLER_FACTOR, step_share=STRAGGLER_STEP_SHA
     """The ranks that held the others back, slowest first: [{rank, host, compute, others, ratio, excess_share}],
     compute and others (the other ranks' median) in seconds per step, ratio compute / others,
     excess_share (compute - others) / the job's median step time (None where no step time was recorded)."""
-    timed = [row for row in rows if row.get("compute_median") is not None]
+    timed = [row for row in rows if row.get("compute") is not None]
     if len(timed) < 2:
         return []
     steps = [row["step"] for row in rows if row.get("step") is not None]
     step_median = median(steps)
     found = []
     for row in timed:
-        others = median([other["compute_median"] for other in timed if other is not row])
+        others = median([other["compute"] for other in timed if other is not row])
         if not others or others <= 0:
             continue
-        compute = row["compute_median"]
+        compute = row["compute"]
         ratio = compute / others
         excess_share = (compute - others) / step_median if step_median else None
         if ratio > factor and (excess_share is None or excess_share >= step_share):
