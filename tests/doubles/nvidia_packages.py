@@ -9,7 +9,10 @@ package installs only a marker file under /usr/share/doc/<package>/ and, for
 the libraries, a text file where the real library would be: nothing here
 pretends a GPU or a driver is present (no nvidia-smi, no kernel module). The
 driver package (cuda-drivers) asks for a reboot in its postinst, as NVIDIA's
-driver packages do (update-notifier's /run/reboot-required).
+driver packages do (update-notifier's /run/reboot-required). Stand-ins with
+Debian's names (nvidia-driver, nvidia-kernel-dkms; 535.x and a 390.x below
+CUDA 10.0's minimum) are in the same repository for nvidia_driver_source:
+distribution; they build no kernel module.
 
     nvidia_packages.py OUTDIR     builds OUTDIR/repo (flat, InRelease signed by a
                                   throwaway key, OUTDIR/repo/test-double.asc) and
@@ -45,6 +48,17 @@ PACKAGES = [
         "/usr/lib/x86_64-linux-gnu/libnccl.so.2.3.5": MARKER}),
     ("libnccl2", "2.4.8-1+cuda10.0", "", {
         "/usr/lib/x86_64-linux-gnu/libnccl.so.2.4.8": MARKER}),
+]
+# Stand-ins with Debian's names for its non-free driver (nvidia_driver_source: distribution): the version
+# bookworm has (535.x) and one below CUDA 10.0's minimum driver (410.48), as an older release had. They go into
+# the same repository, which a test then presents to a node as its distribution's source; none is an offline .deb.
+DISTRIBUTION_PACKAGES = [
+    ("nvidia-driver", "535.183.01-1~deb12u1", "nvidia-kernel-dkms (= 535.183.01-1~deb12u1)", {}),
+    ("nvidia-kernel-dkms", "535.183.01-1~deb12u1", "", {
+        "/usr/src/nvidia-current-535.183.01/dkms.conf": MARKER}),
+    ("nvidia-driver", "390.157-1~deb11u1", "nvidia-kernel-dkms (= 390.157-1~deb11u1)", {}),
+    ("nvidia-kernel-dkms", "390.157-1~deb11u1", "", {
+        "/usr/src/nvidia-current-390.157/dkms.conf": MARKER}),
 ]
 # The driver: its postinst asks for a reboot, as NVIDIA's do for their new kernel module.
 REBOOT_REQUIRED = {"cuda-drivers"}
@@ -122,6 +136,8 @@ def build(outdir):
         deb = build_deb(name, version, depends, files, repo)
         if PINNED[name] == version:
             shutil.copy2(deb, debs / deb.name)
+    for name, version, depends, files in DISTRIBUTION_PACKAGES:
+        build_deb(name, version, depends, files, repo)
     index = subprocess.run(["dpkg-scanpackages", "-m", "."], cwd=repo, check=True, capture_output=True).stdout
     (repo / "Packages").write_bytes(index)
     subprocess.run(["gzip", "-9nk", "Packages"], cwd=repo, check=True)

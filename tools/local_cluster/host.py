@@ -57,7 +57,8 @@ def address_in_use(address, port):
     return False
 
 
-def wait_for_sshd(address, port, timeout=30):
+# Generous: on a loaded machine (several clusters at once) a node's systemd boot takes well over 30 s.
+def wait_for_sshd(address, port, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
