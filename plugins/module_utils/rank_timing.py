@@ -39,7 +39,8 @@ def median(values):
 
 def rank_rows(summary):
     """summary.json's rank_timing as clean rows, by rank: rank, host, steps, and seconds per step
-    (step, compute, compute_median, comm, other: the step less compute and comm, never negative),
+    (step, compute, compute_median, comm, other: the step less compute and comm, never negative; None for
+    the cntk probe, whose comm is the step less the compute),
     comm_share, cpu_share, series ([(step, compute seconds)]). [] when the run has none."""
     entries = (summary or {}).get("rank_timing")
     if not isinstance(entries, list):
@@ -52,7 +53,8 @@ def rank_rows(summary):
         step, compute, comm = (number(entry.get(key)) for key in ("step_seconds", "compute_seconds", "comm_seconds"))
         compute_median = number(entry.get("compute_median_seconds"))
         other = None
-        if step is not None and compute is not None and comm is not None:
+        # The probe's communication is the step less the compute: nothing is left over to show.
+        if step is not None and compute is not None and comm is not None and summary.get("timing_method") != "probe":
             other = max(0.0, step - compute - comm)
         series = []
         for point in entry.get("compute_series") or []:

@@ -110,3 +110,5 @@ def test_rest_of_the_step_and_comm_share():
     assert rt.job_comm_share({"comm_share": 0.4}, rows) == 0.4
     assert rt.job_comm_share({}, rows) == pytest.approx((0.004 / 0.016 + 0.020 / 0.016) / 2)
     assert rt.job_comm_share({}, []) is None
+    probe = rt.rank_rows(summary(entry(0, "a", 0.010, 0.006, step=0.016), timing_method="probe"))
+    assert probe[0]["other"] is None
