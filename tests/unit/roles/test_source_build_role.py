@@ -6,11 +6,16 @@ counted. The real fetch, build, stage, pack, cache, copy, unpack and
 done-check paths run without a network and without installing packages."""
 
 import json
+import os
 import subprocess
 import tarfile
 
 import pytest
+from prerequisites import requires
 from source_build_helpers import ROOT, changed, compiles, run, source_tarball
+
+# The role builds as root only: it refuses a build folder another user could write in.
+pytestmark = requires(os.geteuid() == 0, "the source_build role builds as root")
 
 
 @pytest.fixture
