@@ -1,28 +1,33 @@
 #!/usr/bin/python
-"""Reach every other training node's fabric address on a TCP port, listening on this node's meanwhile."""
+"""One step of the fabric check: listen on this node's fabric address, reach every node's, or stop listening."""
 
 DOCUMENTATION = r"""
 module: fabric_check
-short_description: Check this node and its peers reach each other over the fabric, in seconds
+short_description: Check the training nodes reach each other over the fabric, in seconds
 description:
-  - Listens on I(address):I(port) and connects to I(port) on every peer's address, retrying until I(timeout)
-    seconds have passed; each connection carries the connecting node's name. Run it on every node at once (one
-    task): each node both answers its peers and reaches them (plugins/module_utils/fabric_check.py).
-  - A blocked pair shows as an error within I(timeout) seconds, where mpirun would hang.
+  - Three steps, each run on every node (roles/firewall/tasks/fabric_check.yml,
+    plugins/module_utils/fabric_check.py). C(listen) (run in the background, async) accepts connections on
+    I(address):I(port) until told to stop or I(lifetime) seconds pass. C(reach) connects to I(port) on every
+    node in I(targets) (this node included, which proves its own listener is up), retrying until I(timeout)
+    seconds have passed, and returns those it could not reach. C(stop) ends this node's listener.
+  - A blocked pair shows as an error within I(timeout) seconds, where mpirun would hang. C(reach) also returns
+    Yama's ptrace_scope and the memlock limit as this process sees them.
   - Changes nothing. Supports check mode.
 options:
+  step: {description: listen, reach or stop., type: str, required: true, choices: [listen, reach, stop]}
   name: {description: This node's name (inventory_hostname)., type: str, required: true}
   address: {description: This node's fabric address (cluster_address)., type: str, required: true}
-  peers: {description: The other nodes, name -> fabric address., type: dict, required: true}
-  port: {description: The TCP port to listen on and connect to., type: int, required: true}
-  timeout: {description: Seconds for the whole check., type: float, default: 10}
+  port: {description: The TCP port., type: int, required: true}
+  targets: {description: "reach: every node, name -> fabric address.", type: dict, default: {}}
+  timeout: {description: "reach: seconds for the whole step.", type: float, default: 10}
+  lifetime: {description: "listen: seconds at most.", type: float, default: 120}
 """
 
 RETURN = r"""
-blocked: {description: Peers not reached, name -> error., type: dict, returned: success}
-heard_from: {description: Peers that reached this node., type: list, returned: success}
-kernel: {description: "This process's view of what Open MPI relies on: ptrace_scope (null without Yama) and
-  memlock ('unlimited' or bytes), and the same in words (described).", type: dict, returned: success}
+blocked: {description: "reach: nodes not reached, name -> error.", type: dict, returned: success}
+heard_from: {description: "listen: the nodes that reached this one.", type: list, returned: success}
+kernel: {description: "reach: this process's view of what Open MPI relies on: ptrace_scope (null without Yama),
+  memlock ('unlimited' or bytes), and both in words (described).", type: dict, returned: success}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -31,21 +36,27 @@ from ansible_collections.cntk.cluster.plugins.module_utils import fabric_check, 
 
 def main():
     module = AnsibleModule(argument_spec={
+        "step": {"type": "str", "required": True, "choices": ["listen", "reach", "stop"]},
         "name": {"type": "str", "required": True},
         "address": {"type": "str", "required": True},
-        "peers": {"type": "dict", "required": True},
         "port": {"type": "int", "required": True},
+        "targets": {"type": "dict", "default": {}},
         "timeout": {"type": "float", "default": 10.0},
+        "lifetime": {"type": "float", "default": 120.0},
     }, supports_check_mode=True)
     params = module.params
-    try:
-        report = fabric_check.probe(params["name"], params["address"], dict(params["peers"]), params["port"],
-                                    params["timeout"])
-    except OSError as error:
-        module.fail_json(msg="{0}: {1}".format(params["name"], error))
+    if params["step"] == "listen":
+        try:
+            heard = fabric_check.listen(params["address"], params["port"], params["lifetime"])
+        except OSError as error:
+            module.fail_json(msg="{0}: {1}".format(params["name"], error))
+        module.exit_json(changed=False, heard_from=heard)
+    if params["step"] == "stop":
+        module.exit_json(changed=False, stopped=fabric_check.stop(params["address"], params["port"]))
+    blocked = fabric_check.reach(params["name"], dict(params["targets"]), params["port"], params["timeout"])
     kernel = mpi_kernel.read()
     kernel["described"] = mpi_kernel.describe(params["name"], kernel)
-    module.exit_json(changed=False, kernel=kernel, **report)
+    module.exit_json(changed=False, blocked=blocked, kernel=kernel)
 
 
 if __name__ == "__main__":
