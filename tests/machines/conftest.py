@@ -22,7 +22,8 @@ The inventory: numpy backend, cluster_scheduler: slurm, cluster_shared_storage a
 blank data disk /dev/vdb (4 GiB). Nothing is converged by the fixture: tests/machines/test_vm_cluster.py's first
 test runs site.yml (and its second run); a test that needs a converged cluster runs site.yml itself (changed=0
 and cheap once converged, with Mitogen). Tests that change a node (power loss, clocks, firewall rules) put it back
-or say so in their docstring. The cluster is taken down at the session's end; VMT_KEEP=1 leaves it up to look at.
+or say so in their docstring. The cluster is taken down at the session's end; VMT_KEEP=1 leaves it up to look at,
+VMT_NAME=NAME runs the tier on a cluster of another name.
 """
 
 import json
@@ -35,9 +36,11 @@ from pathlib import Path
 import pytest
 
 from cluster_helpers import LOCAL_CLUSTER, ansible_playbook
+from prerequisites import require
 
 ROOT = Path(__file__).resolve().parents[2]
-NAME = "vmt"
+# VMT_NAME: another cluster name for a run beside the tier's own (a developer's, while CI or a colleague uses vmt).
+NAME = os.environ.get("VMT_NAME") or "vmt"
 NODES = ["node1", "node2"]
 # The shared filesystem the inventory names (the kernel's NFS on the VMs).
 STORAGE = "nfs"
@@ -81,8 +84,9 @@ class VMCluster:
 
 @pytest.fixture(scope="session")
 def vm_cluster():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("VM nodes need root (tap devices, bridges, debootstrap) and iproute2")
+    # QEMU itself the tool installs with apt-get when it is missing (qemu-system-x86, qemu-utils).
+    require(os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("debootstrap") is not None,
+            "VM nodes need root (tap devices, bridges), iproute2 and debootstrap")
     subprocess.run(LOCAL_CLUSTER + ["down", f"--name={NAME}"], check=True, capture_output=True)
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     started = time.monotonic()

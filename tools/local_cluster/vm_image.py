@@ -28,6 +28,14 @@ VM_PACKAGES = tuple(dict.fromkeys(NODE_PACKAGES + (
     "udev", "kmod", "ca-certificates", "initramfs-tools", "e2fsprogs")))
 # Installed in a second step, once the initramfs settings below are in place: its postinst builds the initrd.
 VM_KERNEL_PACKAGE = "linux-image-amd64"
+# What the roles install on a cluster of the machine tier's kind (numpy backend, Slurm, NFS, time sync,
+# firewall; roles/*/defaults and vars), installed here natively rather than by dpkg under emulation in every
+# first site.yml, where it costs minutes per package set. With their recommends and the distribution's defaults
+# (services enabled as the packages leave them), as an installer that had them in its package selection would
+# leave a machine. The roles' install tasks still run, and install what is missing here.
+VM_PRELOAD_PACKAGES = ("openssh-client", "procps", "rsync", "openmpi-bin", "libopenmpi-dev", "python3-numpy",
+                       "python3-mpi4py", "munge", "slurm-client", "slurmd", "slurmctld", "iperf3",
+                       "nfs-kernel-server", "nfs-common", "chrony", "nftables")
 # The root filesystem's size (sparse: only what is written takes space).
 VM_ROOT_SIZE = "8G"
 # The modules the initrd holds: enough to find and mount the root disk. Everything else loads after the switch.
@@ -110,10 +118,10 @@ apt-get clean
 
 
 def vm_image_hash(suite, packages=VM_PACKAGES, kernel=VM_KERNEL_PACKAGE, files=None, script=CHROOT_SCRIPT,
-                  size=VM_ROOT_SIZE):
+                  size=VM_ROOT_SIZE, preload=VM_PRELOAD_PACKAGES):
     """A hash that changes whenever the image's recipe does."""
-    recipe = json.dumps([suite, sorted(packages), kernel, sorted((files or IMAGE_FILES).items()), script, size],
-                        sort_keys=True)
+    recipe = json.dumps([suite, sorted(packages), kernel, sorted((files or IMAGE_FILES).items()), script, size,
+                         sorted(preload)], sort_keys=True)
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
@@ -178,12 +186,20 @@ def ensure_vm_image(suite):
         resolv = rootfs / "etc" / "resolv.conf"
         shutil.copyfile("/etc/resolv.conf", resolv)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LC_ALL="C")
+        # No service of a package may start in the chroot: it would run on this machine (chrony would set its
+        # clock). Enabling them is left to the packages, as on an installed machine.
+        policy = rootfs / "usr" / "sbin" / "policy-rc.d"
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
         try:
             run(["chroot", str(rootfs), "apt-get", "install", "-y", "-q", "--no-install-recommends",
                  VM_KERNEL_PACKAGE], env=env)
+            if VM_PRELOAD_PACKAGES:
+                run(["chroot", str(rootfs), "apt-get", "install", "-y", "-q", *VM_PRELOAD_PACKAGES], env=env)
             run(["chroot", str(rootfs), "sh", "-c", CHROOT_SCRIPT], env=env)
         finally:
             resolv.write_text("")
+            policy.unlink(missing_ok=True)
         boot = rootfs / "boot"
         kernels = sorted(boot.glob("vmlinuz-*"))
         initrds = sorted(boot.glob("initrd.img-*"))
@@ -200,6 +216,7 @@ def ensure_vm_image(suite):
         (work / "base.qcow2").chmod(0o444)
         (work / "recipe.json").write_text(json.dumps({
             "suite": suite, "mirror": mirror, "packages": list(VM_PACKAGES), "kernel": kernels[0].name,
+            "preloaded": list(VM_PRELOAD_PACKAGES),
             "build_seconds": round(time.monotonic() - started, 1)}, indent=1) + "\n")
         work.rename(target)
     finally:

@@ -14,6 +14,7 @@ def test_the_hash_follows_every_input_of_the_recipe():
     files = dict(vm_image.IMAGE_FILES, **{"etc/hosts": (0o644, "changed\n")})
     assert vm_image.vm_image_hash("bookworm", files=files) != base
     assert vm_image.vm_image_hash("bookworm", script=vm_image.CHROOT_SCRIPT + "true\n") != base
+    assert vm_image.vm_image_hash("bookworm", preload=vm_image.VM_PRELOAD_PACKAGES[1:]) != base
     assert vm_image.vm_image_dir("bookworm").name == f"bookworm-{base}"
 
 
@@ -23,6 +24,9 @@ def test_the_image_has_the_container_image_packages_and_what_a_machine_boots_wit
     assert set(NODE_PACKAGES) <= set(vm_image.VM_PACKAGES)
     assert {"udev", "kmod", "initramfs-tools", "ca-certificates"} <= set(vm_image.VM_PACKAGES)
     assert vm_image.VM_KERNEL_PACKAGE not in vm_image.VM_PACKAGES
+    # What the roles install on the machine tier's clusters, so that dpkg does not run under emulation.
+    assert {"openmpi-bin", "python3-mpi4py", "slurmd", "nfs-kernel-server", "chrony", "nftables"} <= set(
+        vm_image.VM_PRELOAD_PACKAGES)
 
 
 def test_initrd_is_small_and_made_once_and_the_identity_comes_before_sshd():
