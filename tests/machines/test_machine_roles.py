@@ -165,7 +165,7 @@ def test_slurm_on_pure_cgroup_v2_kills_a_job_past_its_memory(vm_cluster):
         assert "CgroupPlugin=cgroup/v2" in conf and "ConstrainRAMSpace=yes" in conf, conf
         assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup" in conf, conf
     submit = vm_cluster.ssh("node1", "cd /tmp && sudo -u cntk sbatch --parsable -N1 -w node2 --mem=64 --wrap "
-                                     "\"python3 -c 'import time; b = bytearray(400 * 2**20); time.sleep(5)'\"",
+                                     "\"python3 -c 'import time; b = b\\\"x\\\" * (400 * 2**20); time.sleep(5)'\"",
                             check=True)
     job = submit.stdout.strip().split(";")[0]
     state = ""
