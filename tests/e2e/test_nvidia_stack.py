@@ -11,6 +11,10 @@ pretends a GPU is there: node1 installs with nvidia_driver_without_gpu, node2
 is a CPU node. The stand-in driver package asks for a reboot as NVIDIA's do
 (/run/reboot-required), so node1 (a container running systemd, a new boot id
 at each start) really reboots in the first install, and the play goes on.
+nvidia_driver_source: distribution runs against the same double's stand-ins
+with Debian's names (nvidia-driver, nvidia-kernel-dkms), presented to node1 as
+its distribution's source: a candidate below the minimum refused, a new enough
+one installed and "no GPU" reported.
 """
 
 import functools
@@ -27,8 +31,10 @@ from pathlib import Path
 
 import pytest
 
+import cluster_helpers
 import source_modules
 from cluster_helpers import LOCAL_CLUSTER, node_shell, recap
+from prerequisites import CLUSTER_HOST, requires
 
 # The NVIDIA package repository double (tests/doubles), by a name of its own.
 nvidia_packages = source_modules.load(Path(__file__).resolve().parents[1] / "doubles" / "nvidia_packages.py",
@@ -42,7 +48,7 @@ PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 PINNED = {"cuda-drivers": "410.48-1", "cuda-cudart-10-0": "10.0.130-1", "cuda-libraries-10-0": "10.0.130-1",
           "libcudnn7": "7.3.1.20-1+cuda10.0", "libnccl2": "2.3.5-2+cuda10.0"}
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
+pytestmark = requires(*CLUSTER_HOST)
 
 
 def on_node(node, command):
@@ -91,8 +97,11 @@ def world(tmp_path_factory):
     fingerprint = re.search(r"^fpr:+([0-9A-F]+):", show, re.M).group(1)
     url = f"http://127.0.0.1:{server.server_address[1]}/"
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
-    subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.61", "--nodes=2", "--backend=numpy"],
-                   check=True, capture_output=True, text=True)
+    up = subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.61", "--nodes=2", "--backend=numpy"],
+                        capture_output=True, text=True)
+    if up.returncode != 0:
+        server.shutdown()
+        pytest.fail(f"python -m local_cluster up --name={NAME} failed:\n{up.stdout}\n{up.stderr}")
     variables = {
         "cluster_backend": "cntk",
         "cluster_nvidia_repo_url": url,
@@ -139,10 +148,13 @@ def test_nodes_boot_systemd_and_a_restart_is_a_reboot(world):
 
 
 def test_preflight_refuses_a_gpu_node_without_a_gpu(world):
-    result = provision(world, playbook="preflight.yml")
+    result, report = cluster_helpers.playbook_report(INVENTORY, "playbooks/preflight.yml", "-e", f"@{world['vars']}",
+                                                     timeout=900)
     assert result.returncode != 0
-    assert "node1 has no NVIDIA GPU (no PCI device of vendor 0x10de)" in result.stdout, result.stdout[-5000:]
-    assert "node2 has no NVIDIA GPU" not in result.stdout  # a CPU node
+    messages = cluster_helpers.failure_messages(report)
+    assert "node1 has no NVIDIA GPU (no PCI device of vendor 0x10de)" in messages, messages[-5000:]
+    # node2, a CPU node, failed no check.
+    assert report["stats"]["node1"]["failures"] > 0 and report["stats"]["node2"]["failures"] == 0, report["stats"]
     ok = provision(world, "-e", "nvidia_driver_without_gpu=true", playbook="preflight.yml")
     assert ok.returncode == 0, ok.stdout[-5000:]
 
@@ -210,6 +222,46 @@ def test_second_run_changes_nothing(world):
     assert result.returncode == 0, result.stdout[-6000:]
     assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), result.stdout[-4000:]
     assert {node: boot_id(node) for node in boots} == boots  # nothing changed, no reboot
+
+
+# nvidia_driver_source: distribution. The node's "distribution" source is the TEST DOUBLE repository (its
+# stand-ins with Debian's names), set up by the test; an apt pin first makes the old stand-in the candidate.
+DISTRIBUTION_SOURCE = "/etc/apt/sources.list.d/cntk-test-double-distribution.sources"
+DISTRIBUTION_KEY = "/etc/apt/keyrings/cntk-test-double-distribution.asc"
+DISTRIBUTION_PIN = "/etc/apt/preferences.d/cntk-test-double-old-driver"
+
+
+def test_the_distributions_driver_is_refused_below_the_minimum_and_installed_above_it(world):
+    key = (world["repo"] / "test-double.asc").read_text()
+    source = (f"Types: deb\nURIs: http://127.0.0.1:{world['server'].server_address[1]}/\nSuites: ./\n"
+              f"Signed-By: {DISTRIBUTION_KEY}\n")
+    code, out = on_node("node1", f"mkdir -p /etc/apt/keyrings && cat > {DISTRIBUTION_KEY} <<'EOF'\n{key}EOF\n"
+                        f"cat > {DISTRIBUTION_SOURCE} <<'EOF'\n{source}EOF\n"
+                        "printf 'Package: nvidia-driver nvidia-kernel-dkms\\nPin: version 390.*\\n"
+                        f"Pin-Priority: 1001\\n' > {DISTRIBUTION_PIN} && apt-get update -q")
+    assert code == 0, out
+    # Containers share this machine's kernel: no module of theirs can be loaded, so no modprobe check here.
+    distribution = ["-e", "nvidia_driver_without_gpu=true", "-e", "nvidia_driver_source=distribution",
+                    "-e", "nvidia_driver_module_check=false"]
+    try:
+        refused = provision(world, *distribution)
+        assert refused.returncode != 0
+        assert ("node1: the distribution's nvidia-driver candidate 390.157-1~deb11u1 is below 410.48, the minimum "
+                "NVIDIA driver for CUDA 10.0 (CNTK 2.7)") in refused.stdout, refused.stdout[-5000:]
+        assert on_node("node1", "dpkg-query -W -f '${db:Status-Abbrev}' nvidia-driver")[1].strip() not in ("ii", "hi")
+        on_node("node1", f"rm -f {DISTRIBUTION_PIN}")
+        result = provision(world, *distribution)
+        assert result.returncode == 0, result.stdout[-6000:]
+        _, versions = on_node("node1", "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' "
+                                        "nvidia-driver nvidia-kernel-dkms")
+        assert sorted(versions.split()) == sorted("nvidia-driver 535.183.01-1~deb12u1 ii "
+                                                  "nvidia-kernel-dkms 535.183.01-1~deb12u1 ii".split()), versions
+        assert re.search(r"node1: driver installed, no GPU on this node \(no NVIDIA device on the PCI bus",
+                         result.stdout), result.stdout[-5000:]
+        again = provision(world, *distribution)
+        assert all(counts["changed"] == 0 for counts in recap(again.stdout).values()), again.stdout[-4000:]
+    finally:
+        on_node("node1", f"rm -f {DISTRIBUTION_SOURCE} {DISTRIBUTION_KEY} {DISTRIBUTION_PIN} && apt-get update -q")
 
 
 def test_offline_installs_from_the_controllers_folder_with_the_repository_gone(world):
