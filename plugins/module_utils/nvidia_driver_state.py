@@ -7,7 +7,8 @@ loading the kernel module afterwards says.
     distribution_driver(...)  {version, problem}: the version that will be on
                               the node, and '' or why it is refused
     module_verdict(...)       {state, message} from modprobe and dmesg: a node
-                              with no GPU is 'no_gpu', reported, not a failure
+                              with no GPU is 'no_gpu' (the role reports "driver
+                              installed, no GPU on this node"), not a failure
 
 Pure stdlib; plugins/filter/gpu.py exposes them to roles/nvidia_driver.
 """
@@ -83,9 +84,8 @@ def module_verdict(rc, stderr, dmesg, module, kernel):
     if int(rc) == 0:
         return {"state": "loaded", "message": "the %s module loaded" % module}
     if "No such device" in str(stderr or "") or "NVRM: No NVIDIA GPU found" in text:
-        return {"state": "no_gpu", "message": (
-            "driver installed, no GPU on this node (modprobe %s: %s)" % (
-                module, "No such device" if "No such device" in str(stderr or "") else "NVRM: No NVIDIA GPU found"))}
+        return {"state": "no_gpu", "message": "modprobe %s: %s" % (
+            module, "No such device" if "No such device" in str(stderr or "") else "NVRM: No NVIDIA GPU found")}
     if re.search(r"not found in directory|Module \S+ not found", str(stderr or "")):
         return {"state": "not_built", "message": (
             "no %s module for the running kernel %s: DKMS did not build it (`dkms status`; the kernel's headers, "
