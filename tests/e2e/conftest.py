@@ -3,7 +3,6 @@ and converged once for the session: test_cntk_cluster.py runs the direct-mpirun 
 test_slurm.py turns on Slurm on the same nodes (a second site.yml) and runs its checks there. Taken down at the
 session's end."""
 
-import os
 import shutil
 import subprocess
 import time
@@ -12,17 +11,15 @@ import pytest
 
 import cluster_helpers
 from cluster_helpers import CNTK_ARTIFACTS, CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES
-from local_cluster.backend import pyenv_python
+from prerequisites import NETNS, PYENV_36, require
 
 TOOL = cluster_helpers.LOCAL_CLUSTER
 
 
 @pytest.fixture(scope="session")
 def cntk_cluster():
-    if os.geteuid() != 0 or shutil.which("nsenter") is None:
-        pytest.skip("the netns layout needs root (Docker, debootstrap, ip, nsenter)")
-    if pyenv_python() is None:
-        pytest.skip("no pyenv CPython 3.6.15 on this machine: CNTK 2.7's wheel needs it")
+    require(*NETNS)
+    require(*PYENV_36)
     subprocess.run(TOOL + ["down", f"--name={CNTK_CLUSTER}"], check=True, capture_output=True)
     # New nodes, and no runs on record from an earlier cluster of this name
     # (the controller's last_success.json would say the jobs are up to date).

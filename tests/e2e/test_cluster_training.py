@@ -24,6 +24,7 @@ import yaml
 
 import cluster_helpers
 from cluster_helpers import LOCAL_CLUSTER, node_shell, playbook_env, recap
+from prerequisites import CLUSTER_HOST, requires
 
 ROOT = Path(__file__).resolve().parents[2]
 # Another name and address range let a second checkout run this file beside CI's.
@@ -38,7 +39,7 @@ JOB = "digits-softmax"
 # A job long enough to be interrupted: about 1 s an epoch on these nodes.
 LONG_ARGS = {"model": "mlp", "epochs": 20, "minibatch": 64, "lr": 0.2, "seed": 1, "progress-every": 20}
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the local cluster needs root (Docker, debootstrap)")
+pytestmark = requires(*CLUSTER_HOST)
 
 
 def playbook_argv(playbook, *extra):
@@ -144,13 +145,37 @@ def test_each_node_holds_only_its_ranks_shards(cluster):
         assert on_node(node, "stat -c %U /srv/cntk/data/digits/" + expected[0]).strip() == "cntk"
 
 
+def data_files(node):
+    """{name: (inode, size, mtime)} of a node's digits folder: a file sent again is a new inode or mtime."""
+    listed = on_node(node, "find /srv/cntk/data/digits -type f -printf '%P %i %s %T@\\n'")
+    return {name: rest for name, *rest in (line.split() for line in listed.splitlines())}
+
+
+def plans(report):
+    """{node: the data step's plan on it} (dataset_files state=planned) from a JSON report."""
+    return {host: result for _, _, host, result in cluster_helpers.task_results(report)
+            if result.get("action") == "cntk.cluster.dataset_files" and "send" in result}
+
+
+def literal_bytes(report):
+    """{host: the bytes rsync sent as literal data} over every rsync the run started."""
+    sent = {}
+    for host, result in cluster_helpers.rsync_results(report):
+        sent[host] = sent.get(host, 0) + rsync_bytes(result["stdout"], "Literal data")
+    return sent
+
+
 def test_second_data_run_moves_no_bytes(cluster):
-    result = ansible_playbook("data.yml")
-    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values())
-    # The send and the move into place are entered only on a node whose plan found work: on none.
-    receive = result.stdout.split("Send and put in place what the node lacks")[1].split("TASK [")[0]
-    assert all(f"skipping: [{node}]" in receive for node in NODES), receive
-    assert "Send the missing or damaged data files" not in result.stdout
+    before = {node: data_files(node) for node in NODES}
+    result, report = cluster_helpers.playbook_report(INVENTORY, "playbooks/data.yml")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert set(cluster_helpers.changed_counts(report).values()) == {0}, report["stats"]
+    # Every node's plan looked and found nothing to send or remove; so no rsync ran, and no byte went.
+    found = plans(report)
+    assert sorted(found) == NODES, sorted(found)
+    assert all(plan["send"] == [] and plan["stale"] == [] for plan in found.values()), found
+    assert sum(literal_bytes(report).values()) == 0, literal_bytes(report)
+    assert {node: data_files(node) for node in NODES} == before
 
 
 def test_damaged_and_stale_shards_are_repaired(cluster):
@@ -207,9 +232,11 @@ def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
                          "dataset_shared_source": "/shared/src/train.ctf",
                          "dataset_shared_test": "/shared/src/test.ctf", "train_job_name": "e2e-shared"})
     before = {node: on_node(node, "ls -l --time-style=+%s /srv/cntk/data/digits") for node in NODES}
-    result = ansible_playbook("data.yml", "-e", shared)
-    assert "Send the missing or damaged data files" not in result.stdout
-    assert recap(result.stdout)["node1"]["changed"] > 0, result.stdout[-6000:]
+    result, report = cluster_helpers.playbook_report(INVENTORY, "playbooks/data.yml", "-e", shared)
+    assert result.returncode == 0, result.stdout[-6000:]
+    # The shards are cut into the shared folder on node1, and no rsync sends any node a file.
+    assert cluster_helpers.changed_counts(report)["node1"] > 0, report["stats"]
+    assert cluster_helpers.rsync_results(report) == []
     assert (ROOT / ".cluster" / NAME / "shared" / "shards" / "manifest.json").is_file()
     ansible_playbook("train.yml", "-e", shared)
     run = ARTIFACTS / "e2e-shared" / "latest"
@@ -366,13 +393,11 @@ def test_bad_job_input_is_refused_before_any_node_changes(cluster, tmp_path, cas
 
 
 def test_site_refuses_bad_job_input_in_preflight_before_provisioning(cluster, tmp_path):
-    result = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml"),
-                             "-e", job_file(tmp_path, bad_parts(tmp_path))],
-                            capture_output=True, text=True, env=playbook_env(), cwd=ROOT, timeout=600)
+    bad = job_file(tmp_path, bad_parts(tmp_path))
+    result, report = cluster_helpers.playbook_report(INVENTORY, "site.yml", "-e", bad, timeout=600)
     assert result.returncode != 0
-    assert "3 files for 8 ranks" in result.stdout
-    assert "PLAY [Provision" not in result.stdout
-    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values())
+    assert "3 files for 8 ranks" in cluster_helpers.failure_messages(report)
+    cluster_helpers.check_stopped_in_preflight(report)
 
 
 def test_one_job_at_a_time_and_stop_yml_stops_the_running_one(cluster):
@@ -632,7 +657,9 @@ def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_n
                            "--backend=numpy"], check=True, capture_output=True, text=True)
 
     # node3 loses power while its packages install (the container killed); the steps that need every node
-    # do not start, and no job is launched.
+    # do not start, and no job is launched: no new run on node1 or on the controller.
+    runs = on_node("node1", f"ls /srv/cntk/jobs/{JOB}/runs").split()
+    latest = (ARTIFACTS / JOB / "latest").resolve()
     proc = subprocess.Popen([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=playbook_env(), cwd=ROOT)
     seen = []
@@ -645,7 +672,9 @@ def test_a_reinstalled_node_is_refused_until_its_key_is_accepted_and_a_removed_n
     assert proc.returncode != 0
     assert "node3 failed or could not be reached earlier in this run, and this step works on every node of " \
         "`cluster` at once: it was not started" in output, output[-4000:]
-    assert "Start mpirun" not in output and "PLAY [Data" in output
+    assert "PLAY [Data" in output
+    assert on_node("node1", f"ls /srv/cntk/jobs/{JOB}/runs").split() == runs
+    assert (ARTIFACTS / JOB / "latest").resolve() == latest
     # Powered on again: the local cluster's `up` starts the stopped container and waits for its sshd.
     restarted = subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=3",
                                        "--backend=numpy"], capture_output=True, text=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import cluster_helpers
+from prerequisites import NETNS, requires
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("FABRIC_CLUSTER_NAME", "fabric13")
@@ -32,9 +33,7 @@ JOB = "digits-softmax"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("nsenter") is None,
-    reason="the netns layout needs root (Docker, ip, nsenter)")
+pytestmark = requires(*NETNS)
 
 
 @pytest.fixture(scope="module")
