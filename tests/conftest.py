@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import prerequisites
-from cluster_helpers import LOCAL_CLUSTER, playbook_report
+from cluster_helpers import LOCAL_CLUSTER, failure_messages, playbook_report
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "sec"
@@ -42,21 +42,25 @@ def pytest_runtest_setup(item):
 def sec_converge():
     """The sec cluster brought up (Debian 12, the loopback layout, as molecule's default scenario's) and
     converged the way that scenario did on a cluster of its own: a dry run on the new nodes, site.yml, a
-    second site.yml, a dry run on the converged nodes, molecule/default/verify.yml. {step: its JSON report}
-    (cluster_helpers.playbook_report), asserted by tests/test_sec_cluster.py."""
+    second site.yml, a dry run on the converged nodes, molecule/default/verify.yml. {step: (its CompletedProcess,
+    its JSON report)} (cluster_helpers.playbook_report), asserted by tests/test_sec_cluster.py. Taken down at the
+    session's end, or when a step fails."""
     prerequisites.require(*prerequisites.CLUSTER_HOST)
     subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     subprocess.run(TOOL + ["up", f"--name={NAME}", "--first-address=127.0.0.71", "--nodes=2", "--backend=numpy",
                            "--network=loopback", "--suite=bookworm"], check=True, capture_output=True, text=True)
-    steps = {}
-    for step, playbook, *extra in CONVERGE:
-        result, report = playbook_report(INVENTORY, playbook, *extra)
-        if step == "converge" and result.returncode != 0:
-            pytest.fail(f"site.yml failed on the sec cluster:\n{result.stdout[-8000:]}\n{result.stderr[-2000:]}")
-        steps[step] = (result, report)
-    yield steps
-    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    try:
+        steps = {}
+        for step, playbook, *extra in CONVERGE:
+            result, report = playbook_report(INVENTORY, playbook, *extra, timeout=2400)
+            if step == "converge" and result.returncode != 0:
+                pytest.fail(f"site.yml failed on the sec cluster: {failure_messages(report)[-8000:]}\n"
+                            f"{result.stderr[-2000:]}")
+            steps[step] = (result, report)
+        yield steps
+    finally:
+        subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")

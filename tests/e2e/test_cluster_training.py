@@ -104,12 +104,14 @@ def cluster():
     subprocess.run(TOOL + ["up", f"--name={NAME}", f"--first-address={FIRST_ADDRESS}", "--nodes=4",
                            "--backend=numpy"], check=True, capture_output=True, text=True)
     started = time.monotonic()
-    site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
-                          text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
-    if site.returncode != 0:
-        pytest.fail(f"site.yml failed:\n{site.stdout[-8000:]}")
-    yield {"site": site.stdout, "seconds": time.monotonic() - started}
-    subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
+    try:
+        site = subprocess.run([PLAYBOOK, "-i", str(INVENTORY), str(ROOT / "site.yml")], capture_output=True,
+                              text=True, env=playbook_env(), cwd=ROOT, timeout=1800)
+        if site.returncode != 0:
+            pytest.fail(f"site.yml failed:\n{site.stdout[-8000:]}")
+        yield {"site": site.stdout, "seconds": time.monotonic() - started}
+    finally:
+        subprocess.run(TOOL + ["down", f"--name={NAME}"], check=True, capture_output=True)
 
 
 def test_site_trains_digits_to_at_least_90_percent(cluster):
