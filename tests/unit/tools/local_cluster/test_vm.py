@@ -113,3 +113,13 @@ def test_a_clashing_cluster_of_the_same_bridge_names_is_refused(tmp_path, monkey
     monkeypatch.setattr("local_cluster.vm.run", lambda *a, **k: pytest.fail("no change expected"))
     with pytest.raises(ClusterError, match=f"cluster {other} .* uses the same bridge names"):
         vm.VMs(cluster).check_links([{"name": "node1"}])
+
+
+def test_poweroff_and_start_name_a_vm_the_cluster_has(capsys, monkeypatch, tmp_path):
+    from local_cluster import cli
+
+    monkeypatch.setattr("local_cluster.engine.ENGINE_DIR", tmp_path)
+    monkeypatch.setattr("local_cluster.cluster.ENGINE_DIR", tmp_path)
+    for verb in ("poweroff", "start"):
+        assert cli.main([verb, "node1", "--name", "unit-vm"]) == 2
+        assert "cluster unit-vm has no VM node1" in capsys.readouterr().err
