@@ -230,7 +230,7 @@ def check_source(text, path="train.py"):
             findings.append(Finding(
                 path, node.lineno, WARN if guarded else REFUSE, _code(lines, node),
                 "CNTK 2.7's Communicator cannot be constructed (AttributeError: No constructor defined - class "
-                "is abstract){}".format(": and the Trainer's fourth argument is progress writers, not a communicator"
+                "is abstract){}".format("; the Trainer's fourth argument is progress writers, not a communicator"
                                      if as_writer else ""),
                 ("C.Trainer(model, (loss, metric), [distributed_learner], [C.logging.ProgressPrinter(...)] on "
                  "rank 0, [] elsewhere): the distributed learner carries the communicator"
