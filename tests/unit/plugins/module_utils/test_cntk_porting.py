@@ -135,7 +135,7 @@ def test_linear_in_the_scripts_size():
     def seconds(repeats):
         body = "import cntk as C\n" + "x = C.one_hot(raw, 10)\nC.Communicator.rank()\n" * repeats
         best = None
-        for _ in range(2):  # the better of two: the machine may be busy
+        for _ in range(3):  # the best of three: the machine may be busy
             started = time.perf_counter()
             assert len(cp.check_source(body)) == repeats
             elapsed = time.perf_counter() - started
