@@ -7,7 +7,7 @@ Order matters and the tests run in file order on the session's VMs (tests/machin
 - the clock test sets node2's clock 10 minutes ahead, sees preflight refuse it, and leaves it fixed by time_sync;
 - the firewall test turns cluster_firewall on for its own runs and puts the rules back off at its end; its drop
   rule on node2's fabric is removed in a finally;
-- the Slurm test converges site.yml (cluster_scheduler: slurm on the VMs).
+- the Slurm test converges the scheduler step (cluster_scheduler: slurm on the VMs).
 """
 
 import re
@@ -160,8 +160,9 @@ def test_slurm_on_pure_cgroup_v2_kills_a_job_past_its_memory(vm_cluster):
 
     The role's slurm.conf has SelectTypeParameters=CR_Core: memory is then no consumable resource and slurmd sets
     the job's memory limit to the node's RealMemory, not --mem (seen on the containers: a 64 MiB job wrote 400 MiB
-    and COMPLETED). The test switches the VMs to CR_Core_Memory for its job and puts slurm.conf back after."""
-    vm_cluster.site()
+    and COMPLETED). The test switches the VMs to CR_Core_Memory for its job and puts slurm.conf back after.
+    The scheduler step alone converges Slurm (each step runs alone; the rest of site.yml is not needed here)."""
+    ansible_playbook(vm_cluster.inventory, "playbooks/scheduler.yml", timeout=3600)
     for node in vm_cluster.nodes:
         assert vm_cluster.ssh(node, "stat -fc %T /sys/fs/cgroup", check=True).stdout.strip() == "cgroup2fs"
         conf = vm_cluster.ssh(node, "cat /etc/slurm/cgroup.conf; grep -E '^(ProctrackType|TaskPlugin)=' "
