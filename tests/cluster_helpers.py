@@ -60,11 +60,16 @@ def playbook_report(inventory, playbook, *extra, timeout=1200):
     env = dict(playbook_env(), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
     result = subprocess.run(playbook_argv(inventory, playbook, *extra), capture_output=True, text=True, env=env,
                             cwd=ROOT, timeout=timeout)
-    try:
-        report = json.loads(result.stdout)
-    except ValueError:
-        pytest.fail(f"{playbook}: no JSON report:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
-    return result, report
+    # The report is the output's last JSON object; lines before it are the train step's live progress, which
+    # its follower prints itself.
+    for start in reversed([match.start() for match in re.finditer(r"^\{", result.stdout, re.M)]):
+        try:
+            report, _ = json.JSONDecoder().raw_decode(result.stdout, start)
+        except ValueError:
+            continue
+        if isinstance(report, dict) and "plays" in report:
+            return result, report
+    pytest.fail(f"{playbook}: no JSON report:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
 
 
 def task_results(report):
