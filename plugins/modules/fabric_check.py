@@ -25,10 +25,14 @@ options:
 
 RETURN = r"""
 blocked: {description: "reach: nodes not reached, name -> error.", type: dict, returned: success}
+seconds: {description: "reach: how long the connecting took on this node (at most timeout, and a little).",
+  type: float, returned: success}
 heard_from: {description: "listen: the nodes that reached this one.", type: list, returned: success}
 kernel: {description: "reach: this process's view of what Open MPI relies on: ptrace_scope (null without Yama),
   memlock ('unlimited' or bytes), and both in words (described).", type: dict, returned: success}
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.cntk.cluster.plugins.module_utils import fabric_check, mpi_kernel
@@ -53,10 +57,12 @@ def main():
         module.exit_json(changed=False, heard_from=heard)
     if params["step"] == "stop":
         module.exit_json(changed=False, stopped=fabric_check.stop(params["address"], params["port"]))
+    started = time.time()
     blocked = fabric_check.reach(params["name"], dict(params["targets"]), params["port"], params["timeout"])
+    seconds = round(time.time() - started, 2)
     kernel = mpi_kernel.read()
     kernel["described"] = mpi_kernel.describe(params["name"], kernel)
-    module.exit_json(changed=False, blocked=blocked, kernel=kernel)
+    module.exit_json(changed=False, blocked=blocked, kernel=kernel, seconds=seconds)
 
 
 if __name__ == "__main__":

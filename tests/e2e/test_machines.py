@@ -15,17 +15,9 @@ FIREWALL_ON = ("-e", '{"cluster_firewall": true}')
 
 
 def _reach_seconds(report):
-    """How long the fabric check's connecting step took (the task's start to end, every node at once)."""
-    from datetime import datetime
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            if (task["task"].get("path", "").rsplit(":", 1)[0].endswith("roles/firewall/tasks/fabric_check.yml")
-                    and "blocked" in str(task["hosts"])):
-                duration = task["task"]["duration"]
-                start, end = (datetime.fromisoformat(duration[key].rstrip("Z")) for key in ("start", "end"))
-                return (end - start).total_seconds()
-    return None
-
+    """The longest any node's connecting step took (the module's own measure, not Ansible's start-up)."""
+    return max((result["seconds"] for path, _, _, result in task_results(report)
+                if path.endswith("roles/firewall/tasks/fabric_check.yml") and "seconds" in result), default=None)
 
 def _fabric_message(report):
     return " ".join(" ".join(str(result.get("msg", "")).split()) for path, _, _, result in task_results(report)
@@ -78,8 +70,8 @@ def test_firewall_in_each_namespace_and_a_blocked_fabric_named_in_seconds(cntk_c
                              r"no answer", message), message
             assert f"{shut} cannot reach {other} at" in message, message
         assert len(re.findall(r"cannot reach", message)) == 2 * len(others), message
-        # The check's own 10 s, plus starting the module on a loaded machine: not an mpirun left hanging.
-        assert took is not None and took < 40, took
+        # The check's own 10 s on every node: a verdict, not an mpirun left hanging.
+        assert took is not None and took < 12, took
     finally:
         node_shell(CNTK_CLUSTER, CNTK_NODES[-1], "nft delete table inet cntk_test")
         for node in CNTK_NODES:

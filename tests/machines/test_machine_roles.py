@@ -28,17 +28,9 @@ def _failures(report):
 
 
 def _reach_seconds(report):
-    """How long the fabric check's connecting step took (the task's start to end, every node at once)."""
-    from datetime import datetime
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            if (task["task"].get("path", "").rsplit(":", 1)[0].endswith("roles/firewall/tasks/fabric_check.yml")
-                    and "blocked" in str(task["hosts"])):
-                duration = task["task"]["duration"]
-                start, end = (datetime.fromisoformat(duration[key].rstrip("Z")) for key in ("start", "end"))
-                return (end - start).total_seconds()
-    return None
-
+    """The longest any node's connecting step took (the module's own measure, not Ansible's start-up)."""
+    return max((result["seconds"] for path, _, _, result in task_results(report)
+                if path.endswith("roles/firewall/tasks/fabric_check.yml") and "seconds" in result), default=None)
 
 def _fabric_message(report):
     """The fabric check's verdict (its assert's message, passed or failed), whitespace collapsed."""
@@ -145,8 +137,8 @@ def test_firewall_admits_the_cluster_only_and_a_blocked_fabric_is_named_in_secon
         assert re.search(rf"node1 cannot reach node2 at {re.escape(vm_cluster.fabric['node2'])}:47470 \(fab0\): no "
                          r"answer", message), message
         assert re.search(rf"node2 cannot reach node1 at {re.escape(vm_cluster.fabric['node1'])}:47470", message)
-        print(f"blocked fabric: the connecting step took {took:.0f} s")
-        assert took is not None and took < 40, took
+        print(f"blocked fabric: the connecting step took {took:.1f} s on the slowest node")
+        assert took is not None and took < 12, took
     finally:
         vm_cluster.ssh("node2", "nft delete table inet cntk_test 2>/dev/null; true")
         vm_cluster.ssh("node1", "systemctl stop cntk-fw-test 2>/dev/null; true")
