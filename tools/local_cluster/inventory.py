@@ -69,4 +69,7 @@ def render_inventory(nodes, port, key_file, known_hosts_file, secrets_dir, artif
                 f"              cluster_data_host: {node['fabric']}",
                 f"              cluster_mpi_interface: {FABRIC_IFACE}",
             ]
+        # Settings of this node alone (a VM's slots: its virtual CPUs).
+        for name, value in node.get("host_vars", {}).items():
+            out.append(f"              {name}: {json.dumps(value)}")
     return "\n".join(out) + "\n"

@@ -43,6 +43,7 @@ from local_cluster.netns import ensure_bridges, netns_host_networks
 from local_cluster.vm_image import CONFIG_SERIAL, ensure_vm_image, ensure_vm_tools
 
 VM_MEMORY_MIB = 1536
+VM_CPUS = 1
 # QEMU's translation cache (1 GiB by default): 256 MiB keeps a booted VM near 0.8 GB of host memory.
 VM_TB_SIZE_MIB = 256
 DATA_DISK_SIZE = "4G"
@@ -117,7 +118,7 @@ def qemu_argv(cluster, node, node_dir, image_dir, taps, macs):
     return [
         "qemu-system-x86_64", "-name", f"{cluster}-{node['name']},process=qemu-{cluster}-{node['name']}",
         "-nodefaults", "-no-user-config", "-display", "none",
-        "-accel", f"tcg,tb-size={VM_TB_SIZE_MIB}", "-cpu", "max", "-m", str(VM_MEMORY_MIB), "-smp", "1",
+        "-accel", f"tcg,tb-size={VM_TB_SIZE_MIB}", "-cpu", "max", "-m", str(VM_MEMORY_MIB), "-smp", str(VM_CPUS),
         "-rtc", "base=utc",
         "-kernel", str(image_dir / "vmlinuz"), "-initrd", str(image_dir / "initrd.img"), "-append", append,
         "-drive", f"file={node_dir / 'root.qcow2'},format=qcow2,if=none,id=root,cache=unsafe,discard=unmap",
@@ -405,7 +406,9 @@ class VMs:
         waited = self.wait_for_ssh(nodes)
         if booting:
             timings["boot_to_ssh"] = max(waited[n["name"]] for n in booting)
-        if cluster.write_inventory(nodes, 22, key, cluster.state_dir / "known_hosts", backend_vars):
+        # One rank per virtual CPU: with group_vars' two, Slurm holds the job (PartitionConfig) for ever.
+        inventory_nodes = [dict(node, host_vars={"cluster_slots": VM_CPUS}) for node in nodes]
+        if cluster.write_inventory(inventory_nodes, 22, key, cluster.state_dir / "known_hosts", backend_vars):
             changes.append(f"wrote {cluster.inventory_dir.relative_to(ROOT)}")
         write_if_changed(self.dir / "timings.json", json.dumps(timings) + "\n")
         for change in changes:
