@@ -123,3 +123,12 @@ def test_poweroff_and_start_name_a_vm_the_cluster_has(capsys, monkeypatch, tmp_p
     for verb in ("poweroff", "start"):
         assert cli.main([verb, "node1", "--name", "unit-vm"]) == 2
         assert "cluster unit-vm has no VM node1" in capsys.readouterr().err
+
+
+def test_a_vm_node_has_one_slot_per_virtual_cpu_in_the_inventory(tmp_path):
+    from local_cluster.inventory import render_inventory
+
+    nodes = [{"name": "node1", "address": "10.150.0.1", "fabric": "10.150.1.1",
+              "host_vars": {"cluster_slots": vm.VM_CPUS}}]
+    text = render_inventory(nodes, 22, tmp_path / "key", tmp_path / "known", tmp_path / "secrets")
+    assert "              cluster_mpi_interface: fab0\n              cluster_slots: 1\n" in text
