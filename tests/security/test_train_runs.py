@@ -1,6 +1,6 @@
 """Findings 5, 6 and 7 (issue 27) on the security tests' 2-node cluster
-(conftest.py): a second run a second after the first is refused naming the
-first (main ran both); data and provisioning are refused while a job runs;
+(conftest.py): a second run while the first holds the lock is refused naming
+the first (main ran both); data and provisioning are refused while a job runs;
 a run interrupted by Ctrl-C is continued from its checkpoint (main started
 fresh over it); a job of another code folder under the same name is refused,
 and another cluster's record is not taken for this one's."""
@@ -23,6 +23,8 @@ INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
 
 pytestmark = pytest.mark.cluster
+# roles/cluster/vars/main.yml's cluster_lock_dir: a folder holding the holder's holder.json.
+LOCK = "/var/lib/cntk-cluster/lock"
 ARGS = {"model": "mlp", "epochs": 60, "minibatch": 64, "lr": 0.2, "seed": 1, "progress-every": 20}
 
 
@@ -47,6 +49,18 @@ def interrupt(proc):
     return proc.communicate(timeout=120)[0]
 
 
+def wait_for_lock(proc, timeout=180):
+    """Until node1's cluster lock names the started playbook `proc` as its holder; the test fails when the
+    playbook ends or `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        holder = node_shell(NAME, "node1", f"cat {LOCK}/holder.json").stdout
+        if holder and json.loads(holder).get("pid") == proc.pid:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the cluster lock never named ansible-playbook pid {proc.pid} (it ended: {proc.poll()})")
+
+
 def training_processes():
     return [on_node(node, "pgrep -u cntk -f 'train.py|orted|mpirun' || true").split() for node in ("node1", "node2")]
 
@@ -54,7 +68,7 @@ def training_processes():
 def test_a_second_run_a_second_later_is_refused_and_data_and_provision_wait_for_the_job(sec_cluster):
     # Long enough to be still running through both refusals below (it is interrupted at the end).
     first = start("sec-first", epochs=600)
-    time.sleep(1)
+    wait_for_lock(first)
     second = ansible_playbook(INVENTORY, "playbooks/train.yml", "-e", "train_job_name=sec-second",
                               "-e", "train_job_force=true", check=False)
     assert second.returncode != 0
@@ -103,9 +117,13 @@ def test_the_same_name_from_another_code_folder_is_refused_and_another_cluster_i
     assert re.search(r"job digits-softmax holds the checkpoint of run \d{8}T\d{6}Z, started by root from "
                      rf"{ROOT}/training; this is root's {theirs}", flat(refused.stdout)), refused.stdout[-3000:]
     assert all(counts["changed"] == 0 for counts in recap(refused.stdout).values())
-    # Another cluster recording into the same folder is not told it is up to date (main showed it this one's report).
-    other = ansible_playbook(INVENTORY, "playbooks/train.yml", "-e", "cluster_name=sec-other")
-    assert "is up to date" not in other.stdout
-    assert json.loads((ARTIFACTS / "digits-softmax" / "latest" / "job.json").read_text())["cluster"] == "sec-other"
-    again = ansible_playbook(INVENTORY, "playbooks/train.yml")
-    assert "is up to date" not in again.stdout  # sec-other's run is not this cluster's
+    # Another cluster recording into the same folder is not told it is up to date (main showed it this one's report):
+    # it trains, a run of its own on record.
+    ours = json.loads((ARTIFACTS / "digits-softmax" / "latest" / "job.json").read_text())
+    ansible_playbook(INVENTORY, "playbooks/train.yml", "-e", "cluster_name=sec-other")
+    other = json.loads((ARTIFACTS / "digits-softmax" / "latest" / "job.json").read_text())
+    assert other["cluster"] == "sec-other" and other["run_id"] != ours["run_id"] and other["rc"] == 0
+    # sec-other's run is not this cluster's: this one trains again too.
+    ansible_playbook(INVENTORY, "playbooks/train.yml")
+    again = json.loads((ARTIFACTS / "digits-softmax" / "latest" / "job.json").read_text())
+    assert again["cluster"] == "sec" and again["run_id"] not in (ours["run_id"], other["run_id"]) and again["rc"] == 0
