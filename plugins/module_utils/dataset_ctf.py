@@ -5,7 +5,7 @@ where stream matches [A-Za-z_][A-Za-z0-9_]* and every value is a number (1,
 -0.5, .5, 1e-3) or a sparse index:value (3:0.5); a field "|#..." is a comment
 up to the next "|". The first malformed line is refused as
 "<file>:<line>: <what is wrong>". It runs inside the pass that reads the
-source anyway: with Python 3.11 one compiled regular expression over each
+source anyway: with Python 3.11.7+ one compiled regular expression over each
 read (possessive quantifiers, no backtracking); older Pythons match line by
 line. Lines shaped as the file's first (its streams and dimensions) are
 matched by that shape's expression alone, which accepts only CTF lines.
@@ -18,6 +18,7 @@ retried every split of a failing line's values: 2.3x more time per value).
 """
 
 import re
+import sys
 
 from ansible_collections.cntk.cluster.plugins.module_utils.dataset_manifest import ShardError
 
@@ -40,10 +41,13 @@ def _ctf_patterns(p):
     return line, name, value
 
 
-try:  # Python 3.11+: every quantifier possessive, a whole read in one match
+# Python 3.11.7+: every quantifier possessive, a whole read in one match. Python 3.11.2 (Debian 12's) has
+# possessive quantifiers that accept what they should not ('|l .|f' as CTF); older Pythons have none. There,
+# line by line: one way to match a line, so a failing line costs one pass too.
+if sys.version_info >= (3, 11, 7):
     _LINE, _, _ = _ctf_patterns("+")
     CTF_BLOCK = re.compile(("(?:" + _LINE + ")*+").encode())
-except re.error:  # older Pythons: line by line, backtracking (bounded: fields and values are delimited)
+else:
     CTF_BLOCK = None
 _LINE, _NAME, _VALUE = _ctf_patterns("")
 CTF_LINE = re.compile(_LINE.encode())
