@@ -5,7 +5,7 @@
 
 The files are tests/dataset_helpers.py's hostile_ctf_files (the ones the size tests refuse): demo-shaped lines
 (64 and 1,024 values) with a misspelled stream on line 700 or the last line, a 1 MB line among short ones, bad
-lines only, and a clean file of as many lines. Each is checked on both of the check's paths (one regex over each read, Python 3.11+; line by
+lines only, and a clean file of as many lines. Each is checked on both of the check's paths (one regex over each read, Python 3.11.7+; line by
 line, older Pythons), the median of --repeat runs, by CtfCheck over the file's bytes as the data step's read
 hands them (dataset_io.blocks). MB/s counts the bytes up to the refused line (what the check
 had to read); the ratio is the clean file's MB/s (the same line width without the fault) over the file's: near 1 means a
