@@ -287,3 +287,19 @@ def turn_on(*flags):
     started = time.monotonic()
     site = ansible_playbook(CNTK_INVENTORY, "site.yml")
     return {"site": site.stdout, "seconds": time.monotonic() - started}
+
+
+FABRIC_CHECK_TASKS = "roles/firewall/tasks/fabric_check.yml"
+
+
+def fabric_reach_seconds(report):
+    """The longest any node's connecting step of the fabric check took (the module's own measure, not
+    Ansible's start-up), from a run's JSON report."""
+    return max((result["seconds"] for path, _, _, result in task_results(report)
+                if path.endswith(FABRIC_CHECK_TASKS) and "seconds" in result), default=None)
+
+
+def fabric_message(report):
+    """The fabric check's verdict (its assert's message, passed or failed), whitespace collapsed."""
+    return " ".join(" ".join(str(result.get("msg", "")).split()) for path, _, _, result in task_results(report)
+                    if path.endswith(FABRIC_CHECK_TASKS) and "msg" in result)

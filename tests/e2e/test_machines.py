@@ -8,20 +8,10 @@ rule in a finally), so the Slurm tests after it run on the cluster as site.yml l
 
 import re
 
-from cluster_helpers import (CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, ansible_playbook, node_shell,
-                             playbook_report, recap, task_results)
+from cluster_helpers import (CNTK_CLUSTER, CNTK_INVENTORY, CNTK_NODES, ansible_playbook, fabric_message,
+                             fabric_reach_seconds, node_shell, playbook_report, recap)
 
 FIREWALL_ON = ("-e", '{"cluster_firewall": true}')
-
-
-def _reach_seconds(report):
-    """The longest any node's connecting step took (the module's own measure, not Ansible's start-up)."""
-    return max((result["seconds"] for path, _, _, result in task_results(report)
-                if path.endswith("roles/firewall/tasks/fabric_check.yml") and "seconds" in result), default=None)
-
-def _fabric_message(report):
-    return " ".join(" ".join(str(result.get("msg", "")).split()) for path, _, _, result in task_results(report)
-                    if path.endswith("roles/firewall/tasks/fabric_check.yml") and "msg" in result)
 
 
 def _fabric_address(node):
@@ -52,7 +42,7 @@ def test_firewall_in_each_namespace_and_a_blocked_fabric_named_in_seconds(cntk_c
             assert _fabric_address(node) in rules, rules
 
         result, report = playbook_report(CNTK_INVENTORY, "playbooks/check.yml", "--tags", "fabric")
-        verdict = _fabric_message(report)
+        verdict = fabric_message(report)
         assert result.returncode == 0, verdict
         assert f"Fabric check: {len(CNTK_NODES)} training nodes reach each other on fab0" in verdict, verdict
 
@@ -62,8 +52,8 @@ def test_firewall_in_each_namespace_and_a_blocked_fabric_named_in_seconds(cntk_c
                                                     "nft add rule inet cntk_test input iifname fab0 drop")
         assert blocked.returncode == 0, blocked.stderr
         result, report = playbook_report(CNTK_INVENTORY, "playbooks/check.yml", "--tags", "fabric")
-        took = _reach_seconds(report)
-        message = _fabric_message(report)
+        took = fabric_reach_seconds(report)
+        message = fabric_message(report)
         assert result.returncode != 0, message
         for other in others:
             assert re.search(rf"{other} cannot reach {shut} at {re.escape(_fabric_address(shut))}:47470 \(fab0\): "

@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from cluster_helpers import ansible_playbook, playbook_report, recap, task_results
+from cluster_helpers import (ansible_playbook, fabric_message, fabric_reach_seconds, playbook_report, recap,
+                             task_results)
 
 DATA_DIR = "/srv/cntk/data"
 FIREWALL_ON = ("-e", '{"cluster_firewall": true}')
@@ -25,17 +26,6 @@ FIREWALL_ON = ("-e", '{"cluster_firewall": true}')
 def _failures(report):
     return [" ".join(str(result.get("msg", "")).split()) for _, _, _, result in task_results(report)
             if result.get("failed")]
-
-
-def _reach_seconds(report):
-    """The longest any node's connecting step took (the module's own measure, not Ansible's start-up)."""
-    return max((result["seconds"] for path, _, _, result in task_results(report)
-                if path.endswith("roles/firewall/tasks/fabric_check.yml") and "seconds" in result), default=None)
-
-def _fabric_message(report):
-    """The fabric check's verdict (its assert's message, passed or failed), whitespace collapsed."""
-    return " ".join(" ".join(str(result.get("msg", "")).split()) for path, _, _, result in task_results(report)
-                    if path.endswith("roles/firewall/tasks/fabric_check.yml") and "msg" in result)
 
 
 def test_a_used_disk_is_refused_and_a_blank_one_made_and_mounted_by_uuid(vm_cluster):
@@ -118,7 +108,7 @@ def test_firewall_admits_the_cluster_only_and_a_blocked_fabric_is_named_in_secon
             socket.create_connection((vm_cluster.address["node1"], 8099), timeout=3).close()
 
         result, report = playbook_report(vm_cluster.inventory, "playbooks/check.yml", "--tags", "fabric")
-        verdict = _fabric_message(report)
+        verdict = fabric_message(report)
         assert result.returncode == 0 and "Fabric check: 2 training nodes reach each other" in verdict, verdict
         for node in vm_cluster.nodes:
             scope = vm_cluster.ssh(node, "cat /proc/sys/kernel/yama/ptrace_scope", check=True).stdout.strip()
@@ -131,9 +121,9 @@ def test_firewall_admits_the_cluster_only_and_a_blocked_fabric_is_named_in_secon
                                 "nft add chain inet cntk_test input '{ type filter hook input priority -10; }'; "
                                 "nft add rule inet cntk_test input iifname fab0 drop", check=True)
         result, report = playbook_report(vm_cluster.inventory, "playbooks/check.yml", "--tags", "fabric")
-        took = _reach_seconds(report)
+        took = fabric_reach_seconds(report)
         assert result.returncode != 0
-        message = _fabric_message(report)
+        message = fabric_message(report)
         assert re.search(rf"node1 cannot reach node2 at {re.escape(vm_cluster.fabric['node2'])}:47470 \(fab0\): no "
                          r"answer", message), message
         assert re.search(rf"node2 cannot reach node1 at {re.escape(vm_cluster.fabric['node1'])}:47470", message)
