@@ -96,9 +96,13 @@ def attempts(history):
     runs = []
     previous = None
     for state, nodelist, step in history:
-        if state == "RUNNING" and nodelist:
-            if previous != "RUNNING" or not runs or slurm_conf.hostnames(nodelist) != runs[-1]["nodes"]:
-                runs.append({"nodes": slurm_conf.hostnames(nodelist), "last_step": step})
+        try:
+            nodes = slurm_conf.hostnames(nodelist) if nodelist else []
+        except ValueError:
+            nodes = []  # not a hostlist: this poll says nothing of the nodes
+        if state == "RUNNING" and nodes:
+            if previous != "RUNNING" or not runs or nodes != runs[-1]["nodes"]:
+                runs.append({"nodes": nodes, "last_step": step})
             elif step is not None:
                 runs[-1]["last_step"] = step
         previous = state

@@ -150,3 +150,9 @@ def test_every_users_unfinished_job_is_queued_and_a_name_cannot_add_a_line_or_es
     assert slurm_job.QUEUE_FORMAT == yaml.safe_load(
         (pathlib.Path(__file__).resolve().parents[4] / "roles/cluster/vars/main.yml").read_text())[
             "cluster_lock_queue_format"]
+
+
+def test_a_poll_whose_nodelist_is_not_a_hostlist_says_nothing_of_the_nodes():
+    """hostnames refuses a malformed hostlist; one such poll neither ends the follower nor makes an attempt."""
+    history = [("RUNNING", "node[1-2]", 3), ("RUNNING", "node[1-", 5), ("RUNNING", "node[1-2]", 9)]
+    assert slurm_job.attempts(history) == [{"nodes": ["node1", "node2"], "last_step": 9}]
