@@ -219,7 +219,8 @@ def site_with_counters(cluster, nodes, inventory, *extra, timeout=2400):
 
 def check_bytes_went_over_the_fabric(cluster, nodes, readings):
     """Every byte of each node's data files came over fab0 in the data step, the management network carrying
-    only Ansible's own calls (a few kB, under a tenth of the data step's fabric bytes); the job's Allreduces
+    only Ansible's own calls (a few kB: under half the node's shard bytes, so no copy of them went that way; a
+    ratio to the fabric's bytes alone moved with the number of Ansible tasks in the step); the job's Allreduces
     (MBs) went over fab0, mgmt0 carrying at most a fifth of that (the playbook's progress reads from the head
     node). Returns {node: bytes in plus out per interface and window}."""
     missing = set(MARKS) - set(readings)
@@ -233,8 +234,9 @@ def check_bytes_went_over_the_fabric(cluster, nodes, readings):
                       "job_mgmt": delta("job", "job_end", node, "mgmt0")} for node in nodes}
     for node in nodes:
         shards = node_shell(cluster, node, "find /srv/cntk/data -type f -name '*.ctf' -printf '%s\\n'").stdout.split()
-        assert figures[node]["data_fabric"] >= sum(map(int, shards)) > 0, figures
-        assert figures[node]["data_mgmt"] * 10 < figures[node]["data_fabric"], figures
+        shard_bytes = sum(map(int, shards))
+        assert figures[node]["data_fabric"] >= shard_bytes > 0, figures
+        assert figures[node]["data_mgmt"] * 2 < shard_bytes, (node, shard_bytes, figures)
         assert figures[node]["job_fabric"] > 1_000_000, figures
         assert figures[node]["job_mgmt"] * 5 < figures[node]["job_fabric"], figures
     return figures

@@ -19,7 +19,10 @@ options:
   address: {description: This node's fabric address (cluster_address)., type: str, required: true}
   port: {description: The TCP port., type: int, required: true}
   targets: {description: "reach: every node, name -> fabric address.", type: dict, default: {}}
-  timeout: {description: "reach: seconds for the whole step.", type: float, default: 10}
+  timeout: {description: "reach: seconds for the whole step, once this node's own listener answered.",
+    type: float, default: 10}
+  start_timeout: {description: "reach: seconds to wait first for this node's own listener to start (0: no wait).",
+    type: float, default: 0}
   lifetime: {description: "listen: seconds at most.", type: float, default: 120}
 """
 
@@ -47,6 +50,7 @@ def main():
         "targets": {"type": "dict", "default": {}},
         "timeout": {"type": "float", "default": 10.0},
         "lifetime": {"type": "float", "default": 120.0},
+        "start_timeout": {"type": "float", "default": 0.0},
     }, supports_check_mode=True)
     params = module.params
     if params["step"] == "listen":
@@ -58,7 +62,8 @@ def main():
     if params["step"] == "stop":
         module.exit_json(changed=False, stopped=fabric_check.stop(params["address"], params["port"]))
     started = time.time()
-    blocked = fabric_check.reach(params["name"], dict(params["targets"]), params["port"], params["timeout"])
+    blocked = fabric_check.reach(params["name"], dict(params["targets"]), params["port"], params["timeout"],
+                                 params["start_timeout"])
     seconds = round(time.time() - started, 2)
     kernel = mpi_kernel.read()
     kernel["described"] = mpi_kernel.describe(params["name"], kernel)
