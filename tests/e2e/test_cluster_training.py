@@ -1,7 +1,8 @@
 """End to end on a 4-node cluster of its own (`e2e`, 127.0.0.51..54): site.yml,
 then what a user does next: rerun the data step, lose a rank, press
-Ctrl-C, run their own jobs (examples/) on their own data layouts, and get
-bad job input refused before any node changes.
+Ctrl-C, and run their own jobs (examples/) on their own data layouts. Bad job
+and data input, refused before any node is contacted, is tested without nodes:
+tests/unit/playbooks/test_job_input_refusals.py.
 
 Nodes are inspected through `docker exec`, the harness's own channel; every
 playbook connects over SSH with host keys checked, as on real hardware.
@@ -339,67 +340,6 @@ def test_a_failing_job_names_the_rank_and_quotes_its_error(cluster, tmp_path):
     assert "Rank 5 on node3 said:" in result.stdout
     assert "FileNotFoundError: [Errno 2] No such file or directory: '/srv/cntk/data/digits/no-such-file.bin'" \
         in result.stdout
-
-
-def bad_parts(tmp_path):
-    parts = tmp_path / "three-parts"
-    parts.mkdir()
-    for index in range(3):
-        (parts / f"part-{index}.bin").write_bytes(bytes([index]) * 16)
-    return {"dataset_layout": "presplit", "dataset_train_source": str(parts)}
-
-
-def parts_without_test_set(tmp_path):
-    parts = tmp_path / "eight-parts"
-    parts.mkdir()
-    for index in range(8):
-        (parts / f"part-{index}.bin").write_bytes(bytes([index]) * 16)
-    return {"cluster_dataset_name": "noteset", "dataset_layout": "presplit", "dataset_train_source": str(parts)}
-
-
-def few_samples(tmp_path):
-    source = tmp_path / "few.ctf"
-    source.write_text("|features 1 |labels 1\n" * 5)
-    return {"dataset_train_source": str(source)}
-
-
-BAD_INPUT = {
-    "missing source": (lambda tmp: {"train_job_source": "/nonexistent/job"},
-                       "train_job_source=/nonexistent/job is not a folder on the controller"),
-    "missing entry": (lambda tmp: {"train_job_source": "examples/mpi4py_kmeans", "train_job_entry": "missing.py"},
-                      "train_job_entry=missing.py is not a file in train_job_source="),
-    "entry outside the source": (lambda tmp: {"train_job_source": "examples/mpi4py_kmeans",
-                                              "train_job_entry": "../presplit_numpy/train.py"},
-                                 "is outside train_job_source="),
-    "arguments not strings": (lambda tmp: {"train_job_args": ["--epochs", 3]}, "train_job_args holds [3]"),
-    "presplit count": (bad_parts, "3 files for 8 ranks"),
-    # The local inventory writes the demo data where it is missing (dataset_generate: digits); a user's is not.
-    "missing data": (lambda tmp: {"dataset_train_source": str(tmp / "nonexistent" / "train.ctf"), "dataset_generate": ""},
-                     "nonexistent/train.ctf does not exist"),
-    "fewer samples than ranks": (few_samples, "5 samples"),
-    # The local inventory's dataset_generate: digits writes no test set beside a user's own training set.
-    "own data, no test set": (parts_without_test_set, "noteset/test.ctf is not a file on the controller "
-                              "(dataset_generate: digits writes the demo data only where the training set is missing)"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(BAD_INPUT))
-def test_bad_job_input_is_refused_before_any_node_changes(cluster, tmp_path, case):
-    settings, message = BAD_INPUT[case]
-    playbook = "data.yml" if case in ("presplit count", "missing data", "fewer samples than ranks",
-                                      "own data, no test set") else "train.yml"
-    result = ansible_playbook(playbook, "-e", job_file(tmp_path, settings(tmp_path)), check=False)
-    assert result.returncode != 0
-    assert message in result.stdout, result.stdout[-3000:]
-    assert all(counts["changed"] == 0 for counts in recap(result.stdout).values()), result.stdout[-3000:]
-
-
-def test_site_refuses_bad_job_input_in_preflight_before_provisioning(cluster, tmp_path):
-    bad = job_file(tmp_path, bad_parts(tmp_path))
-    result, report = cluster_helpers.playbook_report(INVENTORY, "site.yml", "-e", bad, timeout=600)
-    assert result.returncode != 0
-    assert "3 files for 8 ranks" in cluster_helpers.failure_messages(report)
-    cluster_helpers.check_stopped_in_preflight(report)
 
 
 def test_one_job_at_a_time_and_stop_yml_stops_the_running_one(cluster):
