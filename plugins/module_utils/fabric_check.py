@@ -78,17 +78,18 @@ def _connect(me, address, port, deadline):
         time.sleep(min(RETRY_PAUSE, max(0.0, deadline - time.time())))
 
 
-def reach(me, targets, port, timeout, start_timeout=0.0):
+def own_listener_up(me, address, port, start_timeout):
+    """'' once this node's own listener, started in the background just before, answers; else the last error after
+    start_timeout seconds. On a slow machine (software emulation) starting it takes longer than the check itself,
+    so reach()'s timeout counts from here."""
+    return _connect(me, address, port, time.time() + start_timeout)
+
+
+def reach(me, targets, port, timeout):
     """Connect to every target {name: address} on port, all at once, retrying until timeout seconds have passed:
-    {name: error} for those not reached ({} when all were). With start_timeout, first wait up to that long for this
-    node's own listener (me in targets), started in the background just before: on a slow machine (software
-    emulation) starting it takes longer than the check itself; the others' timeout counts from there."""
+    {name: error} for those not reached ({} when all were)."""
     import threading
 
-    if start_timeout > 0 and me in targets:
-        error = _connect(me, targets[me], port, time.time() + start_timeout)
-        if error:
-            return {me: error}
     deadline = time.time() + timeout
     results = {}
     workers = []

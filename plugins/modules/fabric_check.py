@@ -30,6 +30,8 @@ RETURN = r"""
 blocked: {description: "reach: nodes not reached, name -> error.", type: dict, returned: success}
 seconds: {description: "reach: how long the connecting took on this node (at most timeout, and a little).",
   type: float, returned: success}
+listener_start_seconds: {description: "reach: how long this node waited first for its own listener to answer.",
+  type: float, returned: success}
 heard_from: {description: "listen: the nodes that reached this one.", type: list, returned: success}
 kernel: {description: "reach: this process's view of what Open MPI relies on: ptrace_scope (null without Yama),
   memlock ('unlimited' or bytes), and both in words (described).", type: dict, returned: success}
@@ -61,13 +63,22 @@ def main():
         module.exit_json(changed=False, heard_from=heard)
     if params["step"] == "stop":
         module.exit_json(changed=False, stopped=fabric_check.stop(params["address"], params["port"]))
+    targets = dict(params["targets"])
     started = time.time()
-    blocked = fabric_check.reach(params["name"], dict(params["targets"]), params["port"], params["timeout"],
-                                 params["start_timeout"])
+    blocked = {}
+    if params["start_timeout"] > 0 and params["name"] in targets:
+        error = fabric_check.own_listener_up(params["name"], targets[params["name"]], params["port"],
+                                             params["start_timeout"])
+        if error:
+            blocked = {params["name"]: error}
+    waited = round(time.time() - started, 2)
+    started = time.time()
+    if not blocked:
+        blocked = fabric_check.reach(params["name"], targets, params["port"], params["timeout"])
     seconds = round(time.time() - started, 2)
     kernel = mpi_kernel.read()
     kernel["described"] = mpi_kernel.describe(params["name"], kernel)
-    module.exit_json(changed=False, blocked=blocked, kernel=kernel, seconds=seconds)
+    module.exit_json(changed=False, blocked=blocked, kernel=kernel, seconds=seconds, listener_start_seconds=waited)
 
 
 if __name__ == "__main__":

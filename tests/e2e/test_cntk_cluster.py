@@ -137,8 +137,8 @@ def test_a_node_that_lost_mpi4py_fails_the_check_then_provision_repairs_it(clust
     assert "MPI check: 8 ranks on node1, node2, node3, node4" in ansible_playbook("playbooks/check.yml").stdout
 
 
-# The second site.yml on these nodes runs once, with Slurm turned on (test_slurm.py): it checks every role of
-# this backend too, and the job up to date.
+# The second site.yml on these nodes runs once, at the end, with Slurm and the volume turned on (test_storage.py):
+# it checks every role of this backend too, and the job up to date.
 
 
 @pytest.mark.parametrize("job, args", [
