@@ -24,7 +24,7 @@ def slurm_node_lines(nodes):
 
 def slurm_cluster(hosts, hostvars, cgroup="auto", choices=None):
     """The cluster as slurm.conf needs it, from each training node's registered reports (config.yml): {plugins:
-    the proctrack/task/cgroup choice, nodes: [{name, hardware, gpus}]}; None while a node has no slurmd report
+    the proctrack/task/cgroup choice, nodes: [{name, hardware, gpus}], def_mem_per_cpu}; None while a node has no slurmd report
     yet (a dry run on new nodes)."""
     nodes, kinds = [], []
     for host in hosts:
@@ -40,7 +40,8 @@ def slurm_cluster(hosts, hostvars, cgroup="auto", choices=None):
         plugins = slurm_conf.cgroup_plugins(kinds)
     else:
         plugins = dict((choices or {})[cgroup])
-    return {"plugins": plugins, "nodes": nodes, "kinds": dict(zip(hosts, kinds))}
+    return {"plugins": plugins, "nodes": nodes, "kinds": dict(zip(hosts, kinds)),
+            "def_mem_per_cpu": slurm_conf.default_mem_per_cpu(nodes)}
 
 
 def slurm_release(apt_policy):

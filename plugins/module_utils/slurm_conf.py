@@ -95,6 +95,14 @@ def hardware(report):
     return found
 
 
+def default_mem_per_cpu(nodes):
+    """slurm.conf's DefMemPerCPU (MiB): the smallest node's RealMemory per CPU, so that a job without --mem gets its
+    cores' share of a node (never more than the smallest has) and jobs still share nodes by core. `nodes` as
+    node_lines takes; at least 1."""
+    shares = [node["hardware"]["RealMemory"] // max(node["hardware"]["CPUs"], 1) for node in nodes]
+    return max(min(shares), 1) if shares else 1
+
+
 def node_lines(nodes):
     """slurm.conf NodeName lines. `nodes`: [{name, hardware: {HARDWARE_KEYS}, gpus: int}], in any order. Nodes
     with the same hardware and GPUs share one line, their names as a hostlist. No NodeAddr: every node resolves

@@ -137,44 +137,30 @@ def test_firewall_admits_the_cluster_only_and_a_blocked_fabric_is_named_in_secon
 
 
 def test_slurm_on_pure_cgroup_v2_kills_a_job_past_its_memory(vm_cluster):
-    """The VMs boot the unified hierarchy only: the slurm role picks cgroup/v2 with ConstrainRAMSpace, and a job that
-    writes more than its --mem is killed by the cgroup, Slurm calling it OUT_OF_MEMORY.
-
-    The role's slurm.conf has SelectTypeParameters=CR_Core: memory is then no consumable resource and slurmd sets
-    the job's memory limit to the node's RealMemory, not --mem (seen on the containers: a 64 MiB job wrote 400 MiB
-    and COMPLETED). The test switches the VMs to CR_Core_Memory for its job and puts slurm.conf back after.
+    """The VMs boot the unified hierarchy only: the slurm role picks cgroup/v2 with ConstrainRAMSpace, and memory
+    is a consumable resource (CR_Core_Memory, a DefMemPerCPU share), so a job that writes more than its --mem is
+    killed by the cgroup, Slurm calling it OUT_OF_MEMORY (with CR_Core, seen on the containers, a 64 MiB job wrote
+    400 MiB and COMPLETED: the limit was the node's RealMemory).
     The scheduler step alone converges Slurm (each step runs alone; the rest of site.yml is not needed here)."""
     ansible_playbook(vm_cluster.inventory, "playbooks/scheduler.yml", timeout=3600)
     for node in vm_cluster.nodes:
         assert vm_cluster.ssh(node, "stat -fc %T /sys/fs/cgroup", check=True).stdout.strip() == "cgroup2fs"
-        conf = vm_cluster.ssh(node, "cat /etc/slurm/cgroup.conf; grep -E '^(ProctrackType|TaskPlugin)=' "
-                                    "/etc/slurm/slurm.conf", check=True).stdout
+        conf = vm_cluster.ssh(node, "cat /etc/slurm/cgroup.conf; grep -E '^(ProctrackType|TaskPlugin|"
+                                    "SelectTypeParameters|DefMemPerCPU)=' /etc/slurm/slurm.conf", check=True).stdout
         assert "CgroupPlugin=cgroup/v2" in conf and "ConstrainRAMSpace=yes" in conf, conf
         assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup" in conf, conf
-    memory = "sed -i 's/^SelectTypeParameters=.*/SelectTypeParameters={0}/' /etc/slurm/slurm.conf"
-    try:
-        for node in vm_cluster.nodes:
-            vm_cluster.ssh(node, memory.format("CR_Core_Memory"), check=True)
-        vm_cluster.ssh("node1", "systemctl restart slurmctld", check=True)
-        for node in vm_cluster.nodes:
-            vm_cluster.ssh(node, "systemctl restart slurmd", check=True)
-        vm_cluster.ssh("node1", "for i in $(seq 1 60); do sinfo -h -N -o '%N %T' | grep -qv idle || exit 0; "
-                                "sleep 2; done; sinfo -N; exit 1", check=True, timeout=180)
-        submit = vm_cluster.ssh("node1", "cd /tmp && sudo -u cntk sbatch --parsable -N1 -w node2 --mem=64 --wrap "
-                                         "\"python3 -c 'import time; b = b\\\"x\\\" * (400 * 2**20); time.sleep(5)'\"",
-                                check=True)
-        job = submit.stdout.strip().split(";")[0]
-        state = ""
-        for _ in range(60):
-            state = vm_cluster.ssh("node1", f"scontrol show job {job} -o", check=True).stdout
-            if re.search(r"JobState=(OUT_OF_MEMORY|COMPLETED|FAILED|CANCELLED|TIMEOUT)", state):
-                break
-            time.sleep(3)
-        assert "JobState=OUT_OF_MEMORY" in state, state
-        assert "MinMemoryNode=64M" in state, state
-    finally:
-        for node in vm_cluster.nodes:
-            vm_cluster.ssh(node, memory.format("CR_Core"))
-        vm_cluster.ssh("node1", "systemctl restart slurmctld")
-        for node in vm_cluster.nodes:
-            vm_cluster.ssh(node, "systemctl restart slurmd")
+        assert "SelectTypeParameters=CR_Core_Memory" in conf and re.search(r"^DefMemPerCPU=[1-9]\d*$", conf, re.M), conf
+    vm_cluster.ssh("node1", "for i in $(seq 1 60); do sinfo -h -N -o '%N %T' | grep -qv idle || exit 0; "
+                            "sleep 2; done; sinfo -N; exit 1", check=True, timeout=180)
+    submit = vm_cluster.ssh("node1", "cd /tmp && sudo -u cntk sbatch --parsable -N1 -w node2 --mem=64 --wrap "
+                                     "\"python3 -c 'import time; b = b\\\"x\\\" * (400 * 2**20); time.sleep(5)'\"",
+                            check=True)
+    job = submit.stdout.strip().split(";")[0]
+    state = ""
+    for _ in range(60):
+        state = vm_cluster.ssh("node1", f"scontrol show job {job} -o", check=True).stdout
+        if re.search(r"JobState=(OUT_OF_MEMORY|COMPLETED|FAILED|CANCELLED|TIMEOUT)", state):
+            break
+        time.sleep(3)
+    assert "JobState=OUT_OF_MEMORY" in state, state
+    assert "MinMemoryNode=64M" in state, state

@@ -29,7 +29,8 @@ def render(tmp_path, **extra):
     variables = {"cluster_name": "T", "cluster_training_user": "cntk",
                  "slurm_cluster": {"plugins": {"proctrack": "proctrack/cgroup", "task": "task/cgroup"},
                                    "nodes": [{"name": "node1", "hardware": HARDWARE, "gpus": 0},
-                                             {"name": "node2", "hardware": HARDWARE, "gpus": 0}]}, **extra}
+                                             {"name": "node2", "hardware": HARDWARE, "gpus": 0}],
+                                   "def_mem_per_cpu": 12052}, **extra}
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     result = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i",
                              str(tmp_path / "hosts.yml"), str(tmp_path / "render.yml"), "-e", json.dumps(variables)],
@@ -50,6 +51,13 @@ def test_partitions_admit_the_training_group_and_users_see_their_own_jobs(tmp_pa
                                  "MaxTime=INFINITE", "State=UP"]
     assert settings(lines)["PrivateData"] == "jobs,usage,users"
     assert "AccountingStorageEnforce" not in settings(lines)
+
+
+def test_memory_is_a_consumable_resource_with_a_default_share_per_cpu(tmp_path):
+    """--mem is enforced only when memory is consumable (CR_Core_Memory); a job without it gets DefMemPerCPU."""
+    conf = settings(render(tmp_path))
+    assert conf["SelectTypeParameters"] == "CR_Core_Memory"
+    assert conf["DefMemPerCPU"] == "12052"
 
 
 def test_accounting_enforces_associations(tmp_path):

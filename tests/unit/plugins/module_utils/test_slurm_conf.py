@@ -52,6 +52,14 @@ def test_nodes_of_one_shape_share_a_line_and_gpu_nodes_get_gres():
     ]
 
 
+def test_the_default_memory_per_cpu_is_the_smallest_share_of_any_node():
+    small = slurm_conf.hardware(REPORT)
+    big = dict(small, CPUs=64, RealMemory=512000)
+    nodes = [{"name": "node1", "hardware": small}, {"name": "gpu1", "hardware": big}]
+    assert slurm_conf.default_mem_per_cpu(nodes) == 512000 // 64
+    assert slurm_conf.default_mem_per_cpu([{"name": "n", "hardware": dict(small, CPUs=4, RealMemory=3)}]) == 1
+
+
 def test_release_reads_installed_and_candidate():
     policy = "slurmd:\n  Installed: (none)\n  Candidate: 22.05.8-4+deb12u3\n  Version table:\n"
     assert slurm_conf.release(policy) == ("", "22.05.8")
