@@ -305,3 +305,22 @@ def fabric_message(report):
     """The fabric check's verdict (its assert's message, passed or failed), whitespace collapsed."""
     return " ".join(" ".join(str(result.get("msg", "")).split()) for path, _, _, result in task_results(report)
                     if path.endswith(FABRIC_CHECK_TASKS) and "msg" in result)
+
+
+def check_rank_timing(run, summary):
+    """A finished run's per-rank timing (issue 46): summary.json's rank_timing has one entry per rank, on the host
+    the rank ran on, each step split into compute and communication; the mean communication share is the
+    ranks' own; timing.png is drawn and the report shows both."""
+    timing = summary["rank_timing"]
+    assert [entry["rank"] for entry in timing] == list(range(summary["ranks"])), timing
+    assert [entry["host"] for entry in timing] == summary["hosts"], timing
+    for entry in timing:
+        assert entry["steps"] > 0 and entry["step_seconds"] > 0, entry
+        assert entry["compute_seconds"] > 0 and entry["comm_seconds"] >= 0, entry
+        assert 0 <= entry["comm_share"] <= 1, entry
+    shares = [entry["comm_share"] for entry in timing]
+    assert abs(summary["comm_share"] - sum(shares) / len(shares)) < 1e-3, summary["comm_share"]
+    assert summary["timing_method"], summary
+    assert (run / "timing.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = (run / "report.html").read_text()
+    assert "Share of step time spent communicating" in report and 'src="timing.png"' in report, report[-2000:]

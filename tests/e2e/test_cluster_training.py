@@ -136,6 +136,7 @@ def test_site_trains_digits_to_at_least_90_percent(cluster):
         node = NODES[rank // 2]
         assert (run / "logs" / node / "1" / f"rank.{rank}" / "stdout").is_file(), (node, rank)
     assert "Report: " + str(ARTIFACTS / JOB) in cluster["site"]
+    cluster_helpers.check_rank_timing(run, summary)
 
 
 def test_each_node_holds_only_its_ranks_shards(cluster):

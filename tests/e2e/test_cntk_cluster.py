@@ -86,6 +86,7 @@ def test_site_trains_digits_with_real_cntk_on_8_ranks(cluster):
     assert len(stand_ins) == 1 and "not Open MPI 1.10.7" in stand_ins[0]
     assert "Stand-ins in this run" in (run / "report.html").read_text()
     assert "MPI check: 8 ranks on node1, node2, node3, node4" in cluster["site"]
+    cluster_helpers.check_rank_timing(run, summary)
 
 
 def test_inventory_reaches_nodes_on_management_and_names_the_fabric_nic(cluster):
