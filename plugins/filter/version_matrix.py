@@ -3,7 +3,6 @@
 from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix import cntk_stack, cntk_stack_problem
 from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix_listings import (
     cntk_artifacts, cntk_matrix_rows)
-from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix_table import driver_satisfies
 
 
 class FilterModule:
@@ -12,5 +11,4 @@ class FilterModule:
             "cntk_stack": cntk_stack,
             "cntk_stack_problem": cntk_stack_problem,
             "cntk_artifacts": cntk_artifacts,
-            "driver_satisfies": driver_satisfies,
         }

@@ -17,7 +17,7 @@ def matrix():
 
 def test_the_filters_are_registered():
     filters = vm.FilterModule().filters()
-    assert {"cntk_stack", "cntk_artifacts", "driver_satisfies"} <= set(filters)
+    assert {"cntk_stack", "cntk_artifacts"} <= set(filters)
 
 
 def test_the_filters_read_the_matrix_file_given_its_path(matrix):

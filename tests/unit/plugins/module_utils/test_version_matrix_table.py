@@ -8,6 +8,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
+from ansible.plugins.test.core import version_compare
 from ansible_collections.cntk.cluster.plugins.module_utils.version_matrix_table import driver_satisfies
 from version_matrix_helpers import HEX64, load_matrix
 
@@ -123,6 +124,8 @@ def test_defaults_and_references_resolve(matrix):
 ])
 def test_driver_satisfies(installed, minimum, expected):
     assert driver_satisfies(installed, minimum) is expected
+    # The roles compare with Ansible's own `version` test (`driver is version(minimum, '>=')`): it agrees.
+    assert version_compare(str(installed), minimum, ">=") is expected
 
 
 def test_driver_satisfies_rejects_garbage():
