@@ -5,9 +5,10 @@ Microsoft C runtime (and CommandLineToArgvW, which python.exe, mpiexec.exe,
 msiexec.exe and the NVIDIA and Python installers use) splits on spaces and
 tabs outside double quotes, and inside an argument `\\` is literal except
 before a `"`. `win_quote` quotes one argument so that it comes back
-unchanged; `win_cmdline` joins an argv. ansible.windows.win_command's `argv`
-applies the same rules, so the roles pass lists and these functions show
-(and test) the exact string the program receives.
+unchanged (ansible.windows's `quote` filter); `win_cmdline` joins an argv.
+ansible.windows.win_command's `argv` applies the same rules, so the roles
+pass lists and these functions show (and test) the exact string the program
+receives.
 
 Filters:
 
@@ -35,9 +36,9 @@ import re
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.ansible.windows.plugins.filter.quote import quote as windows_quote
 
 MSMPI_BANNER_RE = re.compile(r"Microsoft MPI Startup Program \[Version (\d+(?:\.\d+){1,3})\]")
-NEEDS_QUOTES_RE = re.compile(r'[\s"]')
 PASSWORD_MASK = "********"
 
 
@@ -45,26 +46,9 @@ PASSWORD_MASK = "********"
 
 
 def win_quote(arg):
-    """Quote one argument for the Microsoft C runtime's argv parser.
-
-    Backslashes are doubled only where they precede a quote (an embedded one,
-    or the closing one); everything else is kept as it is."""
-    text = str(arg)
-    if text and not NEEDS_QUOTES_RE.search(text):
-        return text
-    out = ['"']
-    backslashes = 0
-    for char in text:
-        if char == "\\":
-            backslashes += 1
-        elif char == '"':
-            out.append("\\" * (backslashes * 2 + 1) + '"')
-            backslashes = 0
-        else:
-            out.append("\\" * backslashes + char)
-            backslashes = 0
-    out.append("\\" * (backslashes * 2) + '"')
-    return "".join(out)
+    """Quote one argument for the Microsoft C runtime's argv parser: ansible.windows's own `quote` filter (the
+    rules win_command's argv applies), named here so the display lines say what the program receives."""
+    return windows_quote(str(arg))
 
 
 def win_cmdline(argv):
