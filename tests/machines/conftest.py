@@ -19,9 +19,9 @@ The fixture `vm_cluster` (session scope) gives a `VMCluster`:
     vm_cluster.timings      {'image': s, 'boot_to_ssh': s, 'up': s}: what bringing it up cost
 
 The inventory: numpy backend, cluster_scheduler: slurm, cluster_shared_storage as STORAGE below; each node has a
-blank data disk /dev/vdb (4 GiB). Nothing is converged by the fixture: tests/machines/test_vm_cluster.py's first
-test runs site.yml (and its second run); a test that needs a converged cluster runs site.yml itself (changed=0
-and cheap once converged, with Mitogen). Tests that change a node (power loss, clocks, firewall rules) put it back
+blank data disk /dev/vdb (4 GiB). Nothing is converged by the fixture: the tests run in ORDER below, and
+test_vm_cluster.py's site.yml test converges the VMs (and runs it again); a test that needs a converged cluster
+after it runs only the steps it needs. Tests that change a node (power loss, clocks, firewall rules) put it back
 or say so in their docstring. The cluster is taken down at the session's end; VMT_KEEP=1 leaves it up to look at,
 VMT_REUSE=1 takes the running one as it is (up only reconciles it) and leaves it up, VMT_NAME=NAME runs the tier on a cluster of
 another name.
@@ -83,6 +83,24 @@ class VMCluster:
 
     def site(self, *extra, check=True, timeout=3600):
         return ansible_playbook(self.inventory, "site.yml", *extra, check=check, timeout=timeout)
+
+
+# The tier's tests share two VMs, in this order: the blank data disk first (what the VMs are, a power loss on its
+# raw blocks), then the disk role on it while the data folder is still empty, then site.yml (its data on that
+# disk), then the roles that change a converged node and put it back.
+ORDER = ("test_vms_are_machines_with_their_own_kernel_and_a_blank_data_disk",
+         "test_power_loss_keeps_what_the_guest_flushed_and_loses_what_it_did_not",
+         "test_a_used_disk_is_refused_and_a_blank_one_made_and_mounted_by_uuid",
+         "test_site_converges_and_a_second_run_changes_nothing")
+
+
+def pytest_collection_modifyitems(items):
+    """The machine tier's tests in ORDER, the rest of the tier after them; tests elsewhere keep their place."""
+    def rank(item):
+        if "tests/machines/" not in item.nodeid:
+            return -1
+        return ORDER.index(item.name) if item.name in ORDER else len(ORDER)
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
