@@ -59,7 +59,9 @@ artifacts: venv
 #                installed collection's converge
 #   e2e          tests/e2e: clusters of 2 to 6 nodes, real CNTK, Slurm, GlusterFS, the fabric network
 # Under CI=true (.ci/run) a test whose prerequisite is missing fails instead of skipping (tests/prerequisites.py).
-test: lint syntax unit integration slow e2e
+# Not in `make test`, for CI's time (docs/verification.md): `make machines` (QEMU VMs, about 15 minutes) and
+# `make slow` (the source builds, about 9).
+test: lint syntax unit integration e2e
 
 lint: venv
 	yamllint --strict .
@@ -79,7 +81,7 @@ e2e: venv
 	pytest -q --durations=30 tests/e2e
 
 # The machine tier: two Debian 12 QEMU VMs (software emulation: own kernel, clock, data disk), the machines
-# step's tests and site.yml on them. Not in `make test` yet: on 2 cores it needs more than CI's budget.
+# step's tests and site.yml on them.
 machines: venv
 	pytest -q --durations=15 tests/machines
 

@@ -196,24 +196,30 @@ def test_a_throttled_fabric_link_is_drained_named_and_kept_out_until_it_is_fast_
     assert settled("node4", "idle|none") == "idle|none"
 
 
-def test_a_second_job_queues_behind_the_first_and_both_run(slurm):
-    # About a minute and a half of training (8 ranks on 2 cores, a checkpoint per epoch): the second is
-    # submitted while the first runs.
-    first = start_train(*job_args("queue-first", epochs=60))
-    read_until(first, r"queue-first \| epoch")
-    second = start_train(*job_args("queue-second"))
-    second_output = second.communicate(timeout=900)[0]
-    first_output = first.communicate(timeout=900)[0]
-    assert first.returncode == 0, first_output[-4000:]
-    assert second.returncode == 0, second_output[-4000:]
-    assert re.search(r"queue-second: Slurm job \d+ is queued \((Resources|Priority)\)", second_output), \
-        second_output[-4000:]
-    ids = [latest(job, "job.json")["slurm_job"] for job in ("queue-first", "queue-second")]
+def test_a_job_queues_behind_one_that_holds_the_nodes_and_runs_when_it_ends(slurm):
+    """Another job of the training user's holds every node (--exclusive, as a colleague's would): the train step's
+    job is queued, says so and why, and starts once that one ends."""
+    holder = as_user("node1", "sbatch --parsable --exclusive -N4 --job-name=holder --wrap 'sleep 900'").strip()
+    holder = holder.split(";")[0]
+    assert holder.isdigit(), holder
+    proc = None
+    try:
+        deadline = time.monotonic() + 120
+        while as_user("node1", f"squeue --noheader -j {holder} -o %T").strip() != "RUNNING":
+            assert time.monotonic() < deadline, as_user("node1", "squeue")
+            time.sleep(2)
+        proc = start_train(*job_args("queued"))
+        read_until(proc, r"queued: Slurm job \d+ is queued \((Resources|Priority)\)")
+    finally:
+        as_user("node1", f"scancel {holder}")
+    output = proc.communicate(timeout=900)[0]
+    assert proc.returncode == 0, output[-4000:]
+    queued = latest("queued", "job.json")["slurm_job"]
     times = {}
-    for job_id in ids:
+    for job_id in (holder, queued):
         fields = dict(re.findall(r"(\w+)=(\S+)", as_user("node1", f"scontrol show job --oneliner {job_id}")))
         times[job_id] = (fields["StartTime"], fields["EndTime"])
-    assert times[ids[1]][0] >= times[ids[0]][1], times
+    assert times[queued][0] >= times[holder][1], times
 
 
 def test_the_same_job_twice_is_refused_naming_the_queued_one_and_stop_yml_cancels_it(slurm):
