@@ -199,14 +199,15 @@ def test_a_throttled_fabric_link_is_drained_named_and_kept_out_until_it_is_fast_
 def test_a_job_queues_behind_one_that_holds_the_nodes_and_runs_when_it_ends(slurm):
     """Another job of the training user's holds every node (--exclusive, as a colleague's would): the train step's
     job is queued, says so and why, and starts once that one ends."""
-    holder = as_user("node1", "sbatch --parsable --exclusive -N4 --job-name=holder --wrap 'sleep 900'").strip()
+    holder = as_user("node1", "cd $HOME && sbatch --parsable --exclusive -N4 --job-name=holder --output=/dev/null "
+                              "--wrap 'sleep 900'").strip()
     holder = holder.split(";")[0]
     assert holder.isdigit(), holder
     proc = None
     try:
         deadline = time.monotonic() + 120
         while as_user("node1", f"squeue --noheader -j {holder} -o %T").strip() != "RUNNING":
-            assert time.monotonic() < deadline, as_user("node1", "squeue")
+            assert time.monotonic() < deadline, as_user("node1", f"squeue; scontrol show job {holder}")
             time.sleep(2)
         proc = start_train(*job_args("queued"))
         read_until(proc, r"queued: Slurm job \d+ is queued \((Resources|Priority)\)")
