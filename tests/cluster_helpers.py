@@ -172,6 +172,24 @@ def node_shell(cluster, node, command, timeout=120):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def job_processes(cluster, nodes):
+    """{node: its training processes left (train.py, orted, mpirun), `pgrep -a` lines} for the nodes with any. The
+    bracketed pattern does not match the shell that runs it."""
+    found = {node: node_shell(cluster, node, "pgrep -af '[t]rain[.]py|[o]rted|[m]pirun'").stdout.strip()
+             for node in nodes}
+    return {node: lines for node, lines in found.items() if lines}
+
+
+def wait_for_job_processes_gone(cluster, nodes, seconds):
+    """{} once no node has a training process left, else what was left after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = job_processes(cluster, nodes)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
 def node_pid(cluster, node):
     """The node container's first process on this machine (for nsenter into its namespaces)."""
     return subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"cntk-{cluster}-{node}"], check=True,

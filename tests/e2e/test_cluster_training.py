@@ -58,22 +58,6 @@ def on_node(node, command, check=True):
     return result.stdout
 
 
-def training_processes():
-    return {node: on_node(node, "pgrep -f 'train.py|orted|mpirun' | grep -vx $$ | wc -l").strip()
-            for node in NODES}
-
-
-def wait_for_processes_gone(seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        counts = training_processes()
-        # pgrep sees the shell that runs it.
-        if all(int(count) <= 1 for count in counts.values()):
-            return True
-        time.sleep(1)
-    return False
-
-
 def start_training(job, *extra):
     """train.yml in the background, in its own process group (as a terminal would run it)."""
     return subprocess.Popen(
@@ -200,7 +184,7 @@ def test_ctrl_c_leaves_no_training_process(cluster):
     read_until_progress(proc, min_epoch=2)
     os.killpg(proc.pid, signal.SIGINT)
     proc.communicate(timeout=120)
-    assert wait_for_processes_gone(20), training_processes()
+    assert cluster_helpers.wait_for_job_processes_gone(NAME, NODES, 20) == {}
 
 
 def test_shards_on_a_shared_filesystem_are_not_sent(cluster):
@@ -337,7 +321,7 @@ def test_one_job_at_a_time_and_stop_yml_stops_the_running_one(cluster):
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode != 0
     assert "it was asked to stop (playbooks/stop.yml)" in output, output[-3000:]
-    assert wait_for_processes_gone(20), training_processes()
+    assert cluster_helpers.wait_for_job_processes_gone(NAME, NODES, 20) == {}
 
 
 def test_code_on_a_shared_filesystem_is_run_where_it_is(cluster, tmp_path):

@@ -171,11 +171,7 @@ def test_a_killed_rank_fails_fast_and_the_resume_finishes_across_nodes(cluster):
     run = ARTIFACTS / job / "latest"
     assert all((run / "logs" / node).is_dir() for node in NODES), list((run / "logs").iterdir())
     assert json.loads((run / "job.json").read_text())["failed_host"] == "node3"
-    deadline = time.monotonic() + 30
-    while any(node_shell(NAME, node, "pgrep -f '[t]rain[.]py'").returncode == 0 for node in NODES):
-        assert time.monotonic() < deadline, {node: node_shell(NAME, node, "pgrep -af '[t]rain[.]py'").stdout
-                                             for node in NODES}
-        time.sleep(1)
+    assert cluster_helpers.wait_for_job_processes_gone(NAME, NODES, 30) == {}
 
     # Rank 0's checkpoint is copied to every node, every rank restores it.
     resumed = ansible_playbook("playbooks/train.yml", *extra)
