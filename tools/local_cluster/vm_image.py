@@ -105,13 +105,13 @@ IMAGE_FILES = {
 }
 # Written before debootstrap runs (the rest after, as debootstrap writes some of the same files).
 PRE_DEBOOTSTRAP = ("etc/initramfs-tools/", "usr/share/initramfs-tools/", "etc/dpkg/")
-# Run in the chroot after the kernel is in. The apt timers would take apt's lock from under Ansible at boot. The
-# package lists stay, as in the container image: the roles install from them (through the cluster's apt proxy).
+# Run in the chroot after the kernel is in. The apt timers would take apt's lock from under Ansible at boot.
+# systemd-networkd-wait-online stays (enabled with networkd): network-online.target then means the NICs have their
+# addresses, as an NFS mount at boot (_netdev) needs. The package lists stay, as in the container image: the roles install from them (through the cluster's apt proxy).
 CHROOT_SCRIPT = """set -eu
 sed -i 's/^update_initramfs=.*/update_initramfs=no/' /etc/initramfs-tools/update-initramfs.conf
 systemctl enable cluster-vm-identity.service systemd-networkd.service ssh.service
-systemctl mask systemd-networkd-wait-online.service apt-daily.timer apt-daily-upgrade.timer \
-  e2scrub_all.timer e2scrub_reap.service fstrim.timer
+systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer
 rm -f /etc/ssh/ssh_host_*
 apt-get clean
 """
