@@ -18,7 +18,7 @@ The fixture `vm_cluster` (session scope) gives a `VMCluster`:
                             ansible-playbook site.yml on the VMs (cluster_helpers.ansible_playbook)
     vm_cluster.timings      {'image': s, 'boot_to_ssh': s, 'up': s}: what bringing it up cost
 
-The inventory: numpy backend, cluster_scheduler: slurm, cluster_shared_storage as STORAGE below; each node has a
+The inventory: numpy backend, cluster_scheduler: slurm, cluster_shared_storage: nfs (STORAGE below); each node has a
 blank data disk /dev/vdb (4 GiB). Nothing is converged by the fixture: the tests run in ORDER below, and
 test_vm_cluster.py's site.yml test converges the VMs (and runs it again); a test that needs a converged cluster
 after it runs only the steps it needs. Tests that change a node (power loss, clocks, firewall rules) put it back
@@ -43,10 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # VMT_NAME: another cluster name for a run beside the tier's own (a developer's, while CI or a colleague uses vmt).
 NAME = os.environ.get("VMT_NAME") or "vmt"
 NODES = ["node1", "node2"]
-# The shared filesystem the inventory names: none until the NFS path converges on VMs (its first run there
-# stopped on a missing /etc/exports.d and a refused mount); a test of NFS runs site.yml with
-# -e cluster_shared_storage=nfs meanwhile. Then "nfs".
-STORAGE = "none"
+# The shared filesystem the inventory names: NFS, the kernel's (containers have none), exported by node1.
+STORAGE = "nfs"
 SCHEDULER = "slurm"
 INVENTORY = ROOT / ".cluster" / NAME / "inventory"
 ARTIFACTS = ROOT / ".cluster" / NAME / "artifacts"
