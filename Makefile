@@ -1,6 +1,6 @@
 # The two commands the README starts with:
 #   make cluster   local cluster up (4 systemd nodes, two NICs each) and `ansible-playbook site.yml` on it
-#   make test      every test: lint, syntax, unit, integration, molecule's source_builds, end to end
+#   make test      every test: lint, syntax; unit and integration beside the machine tier (VMs); end to end
 NODES ?= 4
 # cntk, numpy, or auto: cntk when its Python 3.6 can be had, else numpy (said in one line)
 BACKEND ?= auto
@@ -23,7 +23,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # test harness's tools (tools/: python -m local_cluster).
 export PYTHONPATH := $(CURDIR)/.collections:$(CURDIR)/tools
 
-.PHONY: cluster test venv up down status site artifacts lint syntax unit integration machines molecule slow e2e bench docs clean
+.PHONY: cluster test venv up down status site artifacts lint syntax unit integration beside-machines machines molecule slow e2e bench docs clean
 
 cluster: up site
 
@@ -58,10 +58,23 @@ artifacts: venv
 #                default scenario's steps on it, then the security tests), the 1-node Mitogen one, the
 #                installed collection's converge
 #   e2e          tests/e2e: clusters of 2 to 6 nodes, real CNTK, Slurm, GlusterFS, the fabric network
+#   machines     tests/machines: two QEMU VMs (own kernel, clock, disks, NFS), the `vmt` cluster
+# make test runs the machine tier beside the unit and integration tiers and e2e's two small modules on clusters of
+# their own (E2E_BESIDE_MACHINES): -j2, as they share no cluster, address or port, and the VMs spend much of their
+# time booting and in emulated I/O. The rest of e2e runs alone after them. --output-sync: each side's output
+# whole, when it ends.
 # Under CI=true (.ci/run) a test whose prerequisite is missing fails instead of skipping (tests/prerequisites.py).
-# Not in `make test`, for CI's time (docs/verification.md): `make machines` (QEMU VMs, about 15 minutes) and
-# `make slow` (the source builds, about 9).
-test: lint syntax unit integration e2e
+# Not in `make test`, for CI's time (docs/verification.md): `make slow` (the source builds, about 9 minutes).
+E2E_BESIDE_MACHINES := tests/e2e/test_nvidia_stack.py tests/e2e/test_fabric_network.py
+
+test: lint syntax
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse beside-machines machines
+	$(MAKE) --no-print-directory e2e E2E_ARGS="$(E2E_BESIDE_MACHINES:%=--ignore=%)"
+
+beside-machines: venv
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory integration
+	pytest -q --durations=15 $(E2E_BESIDE_MACHINES)
 
 lint: venv
 	yamllint --strict .
@@ -78,10 +91,10 @@ integration: venv
 	pytest -q --durations=15 -m cluster tests --ignore=tests/e2e --ignore=tests/machines
 
 e2e: venv
-	pytest -q --durations=30 tests/e2e
+	pytest -q --durations=30 tests/e2e $(E2E_ARGS)
 
 # The machine tier: two Debian 12 QEMU VMs (software emulation: own kernel, clock, data disk), the machines
-# step's tests and site.yml on them.
+# step's tests, site.yml with Slurm and NFS on them, a power loss in a job.
 machines: venv
 	pytest -q --durations=15 tests/machines
 

@@ -287,6 +287,7 @@ class Cluster:
         removed_vms = VMs(self).down() if shutil.which("ip") else []
         if removed_vms:
             print(f"removed {' '.join(removed_vms)}")
+        had_containers = False
         if engine_running():
             nodes = [name[len(self.prefix):] for name in self.containers()]
             # The nodes before the holders whose namespaces they use.
@@ -294,13 +295,17 @@ class Cluster:
                 if names:
                     run(["docker", "rm", "-f", "-v", *names])
                     print(f"removed {' '.join(names)}")
+                    had_containers = True
             left = remove_slurm_cgroups(nodes)
             if left:
                 print(f"removed {left} empty Slurm cgroups of {', '.join(nodes)} from the host's tree")
         removed = self.remove_netns_network() if shutil.which("ip") else []
         if removed:
             print(f"removed {' '.join(removed)}")
-        stop_engine_if_ours()
+        # Only a cluster that had containers stops the engine: a VM cluster's down, run beside container
+        # clusters (make test's machine tier), must not stop it between two of theirs.
+        if had_containers:
+            stop_engine_if_ours()
         (self.inventory_dir / "hosts.yml").unlink(missing_ok=True)
         (self.state_dir / "known_hosts").unlink(missing_ok=True)
         if self.name != "local":
