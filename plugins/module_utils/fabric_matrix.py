@@ -10,10 +10,13 @@ Judged against the cluster itself, never against a fixed number:
 
 - the cluster's typical link is the median, over the nodes, of each node's fastest pair (a node with one slow
   link still has fast ones; half the nodes must be slow before it moves);
-- a pair is named when its MPI bandwidth is under PAIR_FRACTION of that typical link, or under TCP_FRACTION of
-  its own TCP rate (iperf3, the slower of its two ways) when that was measured: the link's own limit;
-- a node is named when every one of its pairs is named (with three nodes or more: with two, one slow pair
-  cannot say which end is slow);
+- a pair is named when its MPI bandwidth is under PAIR_FRACTION of that typical link (a slow link), or, on a
+  link whose TCP rate (iperf3, the slower of its two ways) is under the typical link, under TCP_FRACTION of
+  that rate (MPI not getting what even this link carries). A link's TCP rate above the typical MPI link is
+  no limit MPI can be held to: there the CPU, not the wire, bounds a ping-pong (on the local cluster's veths
+  iperf3 moves several times what MPI's 4 MiB ping-pong does, on every pair alike);
+- a node is named when every one of its pairs is named;
+- with two nodes nothing is named: one pair cannot be told from the cluster it is the whole of;
 - inside the nodes, the same against the median of the nodes' own figures.
 """
 
@@ -231,9 +234,11 @@ def judge(probe, pair_fraction=PAIR_FRACTION, tcp_fraction=TCP_FRACTION):
     for (a, b), figures in sorted(pairs.items(), key=lambda item: (nodes.index(item[0][0]),
                                                                     nodes.index(item[0][1]))):
         rate, limit, reasons = figures["bandwidth_mbps"], pair_tcp(tcp, a, b), []
-        if len(nodes) > 2 and typical and rate < pair_fraction * typical:
+        if len(nodes) < 3 or not typical:
+            continue
+        if rate < pair_fraction * typical:
             reasons.append("under {:g} of the cluster's typical link, {:.0f} Mbit/s".format(pair_fraction, typical))
-        if limit and rate < tcp_fraction * limit:
+        if limit and limit < typical and rate < tcp_fraction * limit:
             reasons.append("under {:g} of its own TCP rate, {:.0f} Mbit/s".format(tcp_fraction, limit))
         if reasons:
             named.append({"nodes": [a, b], "mbps": rate, "tcp": limit, "reasons": reasons})

@@ -199,9 +199,9 @@ def page(document, heatmap_problem, allreduce_problem):
            "<div class=\"verdict{}\">{}</div>".format(" bad" if bad else "",
                                                        "<br>".join(esc(line) for line in document["lines"])),
            "<p class=\"small\">A pair is named when its MPI bandwidth is under {:g} of the cluster's typical link "
-           "(the median over the nodes of each node's fastest pair) or under {:g} of its own TCP rate (iperf3, the "
-           "slower way); a node when all its pairs are (three nodes or more). Relative to this cluster's own "
-           "links, never a fixed number.</p>".format(verdict["pair_fraction"], verdict["tcp_fraction"])]
+           "(the median over the nodes of each node's fastest pair), or under {:g} of its own TCP rate (iperf3, the "
+           "slower way) where that rate is under the typical link; a node when all its pairs are. Two nodes are "
+           "shown, not judged. Relative to this cluster's own links, never a fixed number.</p>".format(verdict["pair_fraction"], verdict["tcp_fraction"])]
     out.append("<h2>Between the nodes</h2>")
     if heatmap_problem:
         out.append("<p>The heatmap was not drawn: {}.</p>".format(esc(heatmap_problem)))

@@ -144,18 +144,40 @@ def test_the_judgement_is_relative_a_slow_fabric_everywhere_names_nothing():
     assert fabric_matrix.judge(parse(report(rates)))["named_pairs"] == []
 
 
-def test_two_nodes_are_judged_against_their_own_tcp_rate_only():
+def test_two_nodes_are_shown_not_judged():
     nodes = NODES[:2]
-    # 300 over a link TCP moves at 2000 one way and 1800 the other: under half the slower way.
     probe = parse(report({("node1", "node2"): 300.0}, names=nodes,
                          tcp={("node1", "node2"): 2000.0, ("node2", "node1"): 1800.0}), nodes=nodes)
     verdict = fabric_matrix.judge(probe)
-    assert verdict["named_pairs"] == [{"nodes": ["node1", "node2"], "mbps": 300.0, "tcp": 1800.0,
-                                       "reasons": ["under 0.5 of its own TCP rate, 1800 Mbit/s"]}]
-    assert verdict["named_nodes"] == []
-    even = fabric_matrix.judge(parse(report(names=nodes, tcp={("node1", "node2"): 2500.0,
-                                                              ("node2", "node1"): 2600.0}), nodes=nodes))
-    assert even["named_pairs"] == []
+    assert verdict["named_pairs"] == [] and verdict["named_nodes"] == []
+    assert verdict["typical"] == 300.0
+
+
+def tcp_everywhere(rate, **changes):
+    rates = {(a, b): rate for a in NODES for b in NODES if a != b}
+    rates.update(changes.get("rates", {}))
+    return rates
+
+
+def test_a_tcp_rate_above_the_typical_mpi_link_is_no_limit_mpi_is_held_to():
+    """veth: iperf3 moves 20000 Mbit/s, MPI's ping-pong 2000 on every pair: the CPU bounds both, nothing named."""
+    assert fabric_matrix.judge(parse(report(tcp=tcp_everywhere(20000.0))))["named_pairs"] == []
+
+
+def test_a_throttled_link_is_named_as_slow_not_for_missing_its_own_tcp_rate():
+    slow = {("node1", "node4"): 90.0, ("node2", "node4"): 92.0, ("node3", "node4"): 91.0}
+    tcp = tcp_everywhere(20000.0, rates={(a, b): 95.0 for a in NODES for b in NODES if "node4" in (a, b) and a != b})
+    verdict = fabric_matrix.judge(parse(report(slow, tcp=tcp)))
+    assert [item["reasons"] for item in verdict["named_pairs"]] == [
+        ["under 0.5 of the cluster's typical link, 2000 Mbit/s"]] * 3
+    assert verdict["named_nodes"] == [{"node": "node4", "pairs": 3}]
+
+
+def test_mpi_under_half_of_a_slow_links_own_tcp_rate_says_so_too():
+    tcp = tcp_everywhere(20000.0, rates={("node2", "node3"): 400.0, ("node3", "node2"): 380.0})
+    verdict = fabric_matrix.judge(parse(report({("node2", "node3"): 150.0}, tcp=tcp)))
+    assert verdict["named_pairs"] == [{"nodes": ["node2", "node3"], "mbps": 150.0, "tcp": 380.0, "reasons": [
+        "under 0.5 of the cluster's typical link, 2000 Mbit/s", "under 0.5 of its own TCP rate, 380 Mbit/s"]}]
 
 
 def test_iperf_errors_are_kept_in_words_and_one_way_is_not_a_limit():
