@@ -218,6 +218,14 @@ def typical_link(pairs, nodes):
     return statistics.median(best) if best else None
 
 
+def typical_tcp(probe):
+    """The typical link's TCP rate, as typical_link takes MPI's: the median over the nodes of each node's fastest
+    pair (the slower way of each); None when no pair's rate was measured both ways."""
+    rates = {(a, b): pair_tcp(probe["tcp"], a, b) for a, b in probe["pairs"]}
+    measured = {key: {"bandwidth_mbps": rate} for key, rate in rates.items() if rate}
+    return typical_link(measured, probe["nodes"]) if measured else None
+
+
 def pair_tcp(tcp, a, b):
     """The pair's TCP rate: the slower of its two ways (a ping-pong goes both); None unless both were measured."""
     if (a, b) in tcp and (b, a) in tcp:

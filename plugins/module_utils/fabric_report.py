@@ -19,7 +19,6 @@ import datetime
 import html
 import json
 import os
-import statistics
 import sys
 import tempfile
 
@@ -127,11 +126,10 @@ def write_allreduce(path, probe, verdict, title):
     x = [item["bytes"] for item in sizes]
     bandwidth.plot(x, [item["busbw_mbps"] for item in sizes], marker="o", color="#1f77b4",
                    label="Allreduce bus bandwidth, {} ranks".format(probe["allreduce"]["ranks"]))
-    tcp = [fabric_matrix.pair_tcp(probe["tcp"], a, b) for a, b in probe["pairs"]]
-    tcp = [rate for rate in tcp if rate]
+    tcp = fabric_matrix.typical_tcp(probe)
     if tcp:
-        bandwidth.axhline(statistics.median(tcp), color="#2ca02c", linestyle="--",
-                          label="the pairs' TCP rate (iperf3, median) {:.0f}".format(statistics.median(tcp)))
+        bandwidth.axhline(tcp, color="#2ca02c", linestyle="--",
+                          label="the typical link's TCP rate (iperf3) {:.0f}".format(tcp))
     if verdict.get("typical"):
         bandwidth.axhline(verdict["typical"], color="#ff7f0e", linestyle=":",
                           label="the typical pair, MPI 4 MiB {:.0f}".format(verdict["typical"]))

@@ -204,3 +204,10 @@ def test_the_matrix_is_symmetric_with_inside_the_node_on_the_diagonal():
 
 def test_size_words():
     assert [fabric_matrix.size_words(s) for s in (8, 2048, 32 << 20)] == ["8 B", "2 KiB", "32 MiB"]
+
+
+def test_the_typical_tcp_rate_is_taken_as_the_typical_link_is():
+    tcp = {(a, b): 12000.0 for a in NODES for b in NODES if a != b}
+    tcp.update({("node4", b): 98.0 for b in NODES[:3]})
+    assert fabric_matrix.typical_tcp(parse(report(tcp=tcp))) == 12000.0
+    assert fabric_matrix.typical_tcp(parse(report())) is None
