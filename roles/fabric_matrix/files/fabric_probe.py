@@ -11,8 +11,9 @@ spinning in MPI while two others measure):
 - Allreduce (sum, float32) across the job's ranks (--slots of each node's ranks) over message sizes from 8 B
   to --max-bytes in x4 steps: bus bandwidth = bytes / time x 2(n-1)/n (nccl-tests' definition).
 
-Every measurement is bounded in time: a few repetitions, fewer when one takes long, and sizes past
---budget seconds of Allreduce are left out (named in the output). Rank 0 writes one JSON object to --out.
+Every measurement is bounded in time: a few repetitions, fewer when one takes long, and the sizes that would
+end past --budget seconds of Allreduce (going by the size before's time, x4) are left out, named in the
+output. Rank 0 writes one JSON object to --out.
 
 Python 3.6 (the cntk venv's) and later: the standard library, mpi4py and numpy.
 """
@@ -41,6 +42,9 @@ ALLREDUCE_REPS = (2, 10)
 ALLREDUCE_SECONDS = 1.0       # per size, after one warm-up call
 LISTEN_WAIT = 5.0             # seconds an iperf3 server has to start listening
 TAG = 4646
+# How often a waiting rank looks whether the others are done: rarely enough not to take the measuring ranks' CPU
+# (waking every 0.5 ms, 4 waiting ranks on a 2-core node halved a node's shared-memory figures).
+QUIET_POLL = 0.002
 
 
 def parse_args(argv):
@@ -67,7 +71,7 @@ def quiet_barrier(comm):
     """A barrier that sleeps while it waits: MPI's own spins on a CPU the measuring ranks need."""
     request = comm.Ibarrier()
     while not request.Test():
-        time.sleep(0.0005)
+        time.sleep(QUIET_POLL)
 
 
 def clamp(value, bounds):
@@ -227,9 +231,12 @@ def allreduce(comm, members, args):
         return None
     ranks = members.Get_size()
     factor = 2.0 * (ranks - 1) / ranks if ranks > 1 else 0.0
-    started = MPI.Wtime()
+    started, last = MPI.Wtime(), 0.0
     for size in sizes:
-        carry_on = members.bcast(MPI.Wtime() - started < args.budget if members.Get_rank() == 0 else None, root=0)
+        # Left out when the fewest calls of it would end past the budget, going by the last size's time x4.
+        expected = last * 4 * (1 + ALLREDUCE_REPS[0])
+        carry_on = members.bcast(MPI.Wtime() - started + expected < args.budget if members.Get_rank() == 0 else None,
+                                 root=0)
         if not carry_on:
             skipped.append(size)
             continue
@@ -250,6 +257,7 @@ def allreduce(comm, members, args):
         slowest = numpy.empty_like(times)
         members.Allreduce(times, slowest, op=MPI.MAX)
         seconds = float(numpy.median(slowest))
+        last = seconds
         right = bool(receive[0] == ranks)
         algbw = size * 8 / seconds / 1e6
         measured.append({"bytes": size, "seconds": seconds, "reps": count, "algbw_mbps": round(algbw, 3),

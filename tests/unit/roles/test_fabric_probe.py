@@ -294,3 +294,13 @@ def test_a_port_another_process_holds_is_named_not_measured(probe, tmp_path):
         taken.close()
     tcp = json.loads(out.read_text())["tcp"]
     assert len(tcp) == 2 and all("iperf3's server ended" in item["error"] for item in tcp), tcp
+
+
+def test_sizes_past_the_allreduce_budget_are_left_out_and_named(probe, tmp_path):
+    module, mpi = probe
+    out = tmp_path / "fabric.json"
+    argv = ["--nodes", "a,b", "--launched", "1,1", "--slots", "1,1", "--max-bytes", "128", "--budget", "0",
+            "--out", str(out)]
+    run_ranks(module, mpi, [1, 1], argv)
+    reduced = json.loads(out.read_text())["allreduce"]
+    assert reduced["sizes"] == [] and reduced["skipped_bytes"] == [8, 32, 128]
