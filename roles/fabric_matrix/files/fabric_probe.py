@@ -4,7 +4,8 @@ Measures, one step at a time while the other ranks sleep (a 2-core node must not
 spinning in MPI while two others measure):
 
 - every pair of nodes, one rank on each (the node's first rank): latency (8-byte ping-pong, half the median
-  round trip) and bandwidth (4 MiB ping-pong: the message over half the median round trip);
+  round trip) and bandwidth (4 MiB ping-pong: the message over half the median round trip), in ROUNDS rounds
+  over all pairs, the best round kept;
 - inside each node launched with two ranks or more: the same between its first two ranks (shared memory);
 - each pair's raw TCP rate over the same addresses, both ways (iperf3: a one-off server bound to the receiving
   node's fabric address, a client bound to the sending node's), when --iperf names iperf3;
@@ -37,7 +38,11 @@ LATENCY_BYTES = 8
 BANDWIDTH_BYTES = 4 * 1024 * 1024
 LATENCY_REPS = (20, 200)      # fewest, most round trips
 BANDWIDTH_REPS = (3, 10)
-PAIR_SECONDS = 0.5            # a ping-pong measurement stops adding round trips after this (the fewest still run)
+PAIR_SECONDS = 0.2            # a ping-pong measurement stops adding round trips after this (the fewest still run)
+# Every pair is measured in this many rounds spread over the probe, and its best round kept: a burst of other
+# work on a node slows the round it falls in, never speeds one up (on a loaded 2-core host one round of a pair
+# of even nodes measured a sixth of another's).
+ROUNDS = 3
 ALLREDUCE_REPS = (2, 10)
 ALLREDUCE_SECONDS = 1.0       # per size, after one warm-up call
 LISTEN_WAIT = 5.0             # seconds an iperf3 server has to start listening
@@ -124,6 +129,16 @@ def link(comm, first, second):
             "bandwidth_mbps": round(BANDWIDTH_BYTES * 8 / half / 1e6, 3),
             "bandwidth_max_mbps": round(BANDWIDTH_BYTES * 8 / fastest / 1e6, 3),
             "reps": [len(small), len(large)], "message_bytes": [LATENCY_BYTES, BANDWIDTH_BYTES]}
+
+
+def best_round(found):
+    """A link's figures from its rounds: the best round's (lowest latency, highest bandwidth)."""
+    return {"latency_us": min(item["latency_us"] for item in found),
+            "latency_min_us": min(item["latency_min_us"] for item in found),
+            "bandwidth_mbps": max(item["bandwidth_mbps"] for item in found),
+            "bandwidth_max_mbps": max(item["bandwidth_max_mbps"] for item in found),
+            "reps": [sum(item["reps"][0] for item in found), sum(item["reps"][1] for item in found)],
+            "rounds": len(found), "message_bytes": found[0]["message_bytes"]}
 
 
 def _socket_inodes(pid):
@@ -291,16 +306,21 @@ def main(argv=None):
     pairs, intra, rates, reduced = [], [], [], None
     if not problems:
         count = len(args.nodes)
-        for one in range(count):
-            for other in range(one + 1, count):
-                found = link(comm, first[one], first[other])
-                if found is not None:
-                    pairs.append(dict(found, nodes=[args.nodes[one], args.nodes[other]]))
-        for index in range(count):
-            if args.launched[index] >= 2:
-                found = link(comm, first[index], first[index] + 1)
-                if found is not None:
-                    intra.append(dict(found, node=args.nodes[index]))
+        rounds = {}
+        for _ in range(ROUNDS):
+            for one in range(count):
+                for other in range(one, count):
+                    if one == other and args.launched[one] < 2:
+                        continue
+                    found = link(comm, first[one], first[other] + (1 if one == other else 0))
+                    if found is not None:
+                        rounds.setdefault((one, other), []).append(found)
+        for (one, other), found in sorted(rounds.items()):
+            best = best_round(found)
+            if one == other:
+                intra.append(dict(best, node=args.nodes[one]))
+            else:
+                pairs.append(dict(best, nodes=[args.nodes[one], args.nodes[other]]))
         if args.iperf and args.addresses:
             for one in range(count):
                 for other in range(count):
