@@ -30,7 +30,7 @@ class ActionModule(ActionBase):
         for name in ("pair_fraction", "tcp_fraction"):
             if not 0 < args[name] < 1:
                 raise AnsibleActionFail(f"fabric_matrix_{name}={args[name]}: give a fraction between 0 and 1 "
-                                        "(0.5: a pair under half the reference is named)")
+                                        "(0.25: a pair under a quarter of the reference is named)")
         if not os.path.isfile(os.path.join(args["run_dir"], fabric_report.PROBE_FILE)):
             raise AnsibleActionFail(f"{args['run_dir']} holds no {fabric_report.PROBE_FILE}: the probe's report "
                                     "did not come back from the head node")

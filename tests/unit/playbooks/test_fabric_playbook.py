@@ -24,7 +24,7 @@ def test_a_fraction_out_of_range_is_refused_naming_it(tmp_path):
     result = run_preflight(tmp_path, TWO_NODES, closed_port(), "playbooks/fabric.yml",
                            ["-e", "fabric_matrix_pair_fraction=2"])
     assert result.returncode != 0
-    assert "fabric_matrix_pair_fraction=2 and fabric_matrix_tcp_fraction=0.5 must be fractions" in \
+    assert "fabric_matrix_pair_fraction=2 and fabric_matrix_tcp_fraction=0.25 must be fractions" in \
         " ".join(result.stdout.split())
     assert "unreachable" not in before_recap(result)
 

@@ -121,7 +121,7 @@ def test_a_throttled_node_has_its_pairs_and_itself_named_and_no_other():
     assert verdict["typical"] == pytest.approx(2000.0)
     lines = fabric_matrix.verdict_lines(probe, verdict)
     assert "Slow node: node4 (all its 3 pairs named)" in lines
-    assert ("Slow pair: node1 - node4: 19 Mbit/s, under 0.5 of the cluster's typical link, 2000 Mbit/s"
+    assert ("Slow pair: node1 - node4: 19 Mbit/s, under 0.25 of the cluster's typical link, 2000 Mbit/s"
             in lines)
 
 
@@ -169,15 +169,15 @@ def test_a_throttled_link_is_named_as_slow_not_for_missing_its_own_tcp_rate():
     tcp = tcp_everywhere(20000.0, rates={(a, b): 95.0 for a in NODES for b in NODES if "node4" in (a, b) and a != b})
     verdict = fabric_matrix.judge(parse(report(slow, tcp=tcp)))
     assert [item["reasons"] for item in verdict["named_pairs"]] == [
-        ["under 0.5 of the cluster's typical link, 2000 Mbit/s"]] * 3
+        ["under 0.25 of the cluster's typical link, 2000 Mbit/s"]] * 3
     assert verdict["named_nodes"] == [{"node": "node4", "pairs": 3}]
 
 
 def test_mpi_under_half_of_a_slow_links_own_tcp_rate_says_so_too():
     tcp = tcp_everywhere(20000.0, rates={("node2", "node3"): 400.0, ("node3", "node2"): 380.0})
-    verdict = fabric_matrix.judge(parse(report({("node2", "node3"): 150.0}, tcp=tcp)))
-    assert verdict["named_pairs"] == [{"nodes": ["node2", "node3"], "mbps": 150.0, "tcp": 380.0, "reasons": [
-        "under 0.5 of the cluster's typical link, 2000 Mbit/s", "under 0.5 of its own TCP rate, 380 Mbit/s"]}]
+    verdict = fabric_matrix.judge(parse(report({("node2", "node3"): 80.0}, tcp=tcp)))
+    assert verdict["named_pairs"] == [{"nodes": ["node2", "node3"], "mbps": 80.0, "tcp": 380.0, "reasons": [
+        "under 0.25 of the cluster's typical link, 2000 Mbit/s", "under 0.25 of its own TCP rate, 380 Mbit/s"]}]
 
 
 def test_iperf_errors_are_kept_in_words_and_one_way_is_not_a_limit():

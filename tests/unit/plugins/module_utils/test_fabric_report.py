@@ -36,7 +36,7 @@ def test_a_throttled_node_is_on_the_page_the_figures_and_fabric_json(tmp_path):
                                                                           ["node3", "node4"]]
     # node4 sends at 20 Mbit/s: its pairs' TCP rate is the slower way, and 19 Mbit/s is not under half of it.
     assert document["pairs"][2]["tcp_mbps"] == [2400.0, 20.0]
-    assert document["pairs"][2]["reasons"] == ["under 0.5 of the cluster's typical link, 2000 Mbit/s"]
+    assert document["pairs"][2]["reasons"] == ["under 0.25 of the cluster's typical link, 2000 Mbit/s"]
     page = (run / "index.html").read_text()
     assert '<img src="heatmap.png"' in page and '<img src="allreduce.png"' in page
     assert "Slow pair: node1 - node4: 19 Mbit/s (TCP 20)" in page
