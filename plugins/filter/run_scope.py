@@ -17,9 +17,10 @@ do or makes it do something else than asked:
 SPECIAL_TAGS = {"all", "tagged", "untagged", "always", "never"}
 
 
-def _selected(step_tags, run_tags, skip_tags):
-    run = set(run_tags or ["all"])
-    asked = bool(run & {"all", "tagged"}) or bool(run & set(step_tags))
+def _selected(step, run_tags, skip_tags):
+    """Whether the run does the step: an opt_in step (tagged `never` in site.yml) only when its tag is named."""
+    run, step_tags = set(run_tags or ["all"]), step["tags"]
+    asked = (not step.get("opt_in") and bool(run & {"all", "tagged"})) or bool(run & set(step_tags))
     return asked and step_tags[0] not in set(skip_tags or [])
 
 
@@ -36,7 +37,7 @@ def run_scope_problems(steps, run_tags, skip_tags, play_hosts, groups, known_tag
     if problems:
         return problems
 
-    selected = [step for step in steps if _selected(step["tags"], run_tags, skip_tags)]
+    selected = [step for step in steps if _selected(step, run_tags, skip_tags)]
     if not selected and "preflight" not in run_tags:
         problems.append(
             f"--tags {','.join(run_tags)} --skip-tags {','.join(skip_tags) or '(none)'} leave no step to run: "

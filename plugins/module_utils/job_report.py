@@ -32,7 +32,9 @@ compute over the run; the straggler, if any, in red: rank_timing.py) and
 RUN_DIR/report.html (one page, inline CSS,
 the plot as a relative <img src="plot.png">, links relative to RUN_DIR, no
 external resource; laid out by roles/train_job/templates/report.html.j2,
-from what page_context computes), and prints the absolute path of report.html as its last
+from what page_context computes; it links the cluster's latest fabric page,
+artifacts/<cluster>/fabric/<run>/index.html from playbooks/fabric.yml, when
+there is one), and prints the absolute path of report.html as its last
 line on stdout.
 
 A failed run gets a report too: whatever is missing (summary, metrics, model,
@@ -55,7 +57,7 @@ import tempfile
 import jinja2
 from markupsafe import Markup
 
-from ansible_collections.cntk.cluster.plugins.module_utils import job_files, rank_timing
+from ansible_collections.cntk.cluster.plugins.module_utils import fabric_report, job_files, rank_timing
 from ansible_collections.cntk.cluster.plugins.module_utils.job_files import number, read_json, read_metrics
 from ansible_collections.cntk.cluster.plugins.module_utils.job_report_text import (  # noqa: F401 (re-exported)
     MAX_METRIC_ROWS, PLOT_SIZE_PX, esc, fmt_duration, fmt_float, fmt_int, fmt_percent, fmt_size, fmt_value, nodes_text,
@@ -395,6 +397,20 @@ def timing_section(summary, stragglers_found, rows, plot_problem):
     }
 
 
+def fabric_section(run_dir):
+    """The cluster's latest fabric page (playbooks/fabric.yml: artifacts/<cluster>/fabric/<run>/index.html, beside
+    this run's artifacts/<cluster>/<job>/<run-id>/) as a link relative to RUN_DIR and its verdict lines; None when
+    the cluster has none."""
+    page = fabric_report.latest_page(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))))
+    if page is None:
+        return None
+    document, _ = read_json(os.path.join(os.path.dirname(page), fabric_report.RESULT_FILE))
+    lines = document.get("lines") if isinstance(document, dict) else None
+    lines = [str(line) for line in lines[:12]] if isinstance(lines, list) else []
+    return {"href": os.path.relpath(page, os.path.abspath(run_dir)), "lines": lines,
+            "run_id": os.path.basename(os.path.dirname(page))}
+
+
 def page_context(run_dir, job_doc, job_problem, summary, summary_problem, records, skipped,
                  metrics_problem, plot_problem, timing_plot_problem="not drawn"):
     """Everything report.html.j2 shows, computed, in the page's order; the
@@ -439,6 +455,7 @@ def page_context(run_dir, job_doc, job_problem, summary, summary_problem, record
         "progress": progress_table(records) if records else None, "metrics_problem": metrics_problem,
         "timing": timing_section(summary, rank_timing.find_stragglers(timing_rows), timing_rows,
                                  timing_plot_problem),
+        "fabric": fabric_section(run_dir),
         "logs": log_rows(job, logs),
         "models": [(name, fmt_size(size)) for name, size in models],
         "others": others,

@@ -79,5 +79,16 @@ def test_the_known_tags_are_the_tags_the_playbooks_use():
     used = set()
     for playbook in [ROOT / "site.yml", *sorted((ROOT / "playbooks").glob("*.yml"))]:
         used |= set(_tags(yaml.safe_load(playbook.read_text())))
-    known = {tag for step in STEPS for tag in step["tags"]} | set(OTHER_TAGS) | {"always"}
+    known = {tag for step in STEPS for tag in step["tags"]} | set(OTHER_TAGS) | {"always", "never"}
     assert used == known
+
+
+def test_an_opt_in_step_runs_only_when_named():
+    # The fabric measurement (site.yml: tags never, fabric_matrix) is no step of a plain run: skipping every other
+    # step still leaves none, and a --limit that cuts `training` is refused only when it is asked for.
+    assert problems(run_tags=["fabric_matrix"]) == []
+    assert "leave no step to run" in problems(
+        skip_tags=["provision", "machines", "ssh", "storage", "scheduler", "data", "train"])[0]
+    cut = problems(run_tags=["fabric_matrix"], play_hosts=["node1", "node2", "head"])
+    assert len(cut) == 1 and "the fabric_matrix step" in cut[0]
+    assert problems(run_tags=["provision"], play_hosts=["node1", "node2", "head"]) == []

@@ -418,3 +418,20 @@ def test_cntk_timing_explains_the_probe_and_a_stale_figure_goes(good_run):
     assert job_report.main([str(good_run)]) == 0
     page = (good_run / "report.html").read_text()
     assert not (good_run / "timing.png").exists() and "Where the time went" not in page
+
+
+def test_the_clusters_latest_fabric_page_is_linked_when_there_is_one(good_run):
+    job_report.report(str(good_run))
+    page = (good_run / "report.html").read_text()
+    assert "The fabric" not in page
+    cluster_dir = good_run.parent.parent
+    for run_id, line in (("20240501T080000Z", "old"), ("20240501T090000Z", "Slow node: node3 <b>")):
+        folder = cluster_dir / "fabric" / run_id
+        folder.mkdir(parents=True)
+        (folder / "index.html").write_text("<html></html>")
+        (folder / "fabric.json").write_text(json.dumps({"lines": ["6 pairs of 4 nodes", line]}))
+    job_report.report(str(good_run))
+    page = (good_run / "report.html").read_text()
+    href = "../../fabric/20240501T090000Z/index.html"
+    assert href in links(page).hrefs and (good_run / href).is_file()
+    assert "<li>Slow node: node3 &lt;b&gt;</li>" in page and "<li>old</li>" not in page
