@@ -14,6 +14,7 @@ The fixture `vm_cluster` (session scope) gives a `VMCluster`:
                             (a CompletedProcess, text output; check=True fails the test on a non-zero exit)
     vm_cluster.poweroff(node)   a power loss: kill -9 of the node's QEMU, disks left as the loss left them
     vm_cluster.start(node)      boots it again with the same disks and waits for its SSH
+    vm_cluster.wait_for_slurm(node)  until Slurm has the node idle again, after a test cut it off (seconds taken)
     vm_cluster.site(*extra, check=True, timeout=...)
                             ansible-playbook site.yml on the VMs (cluster_helpers.ansible_playbook)
     vm_cluster.timings      {'image': s, 'boot_to_ssh': s, 'up': s}: what bringing it up cost
@@ -78,6 +79,17 @@ class VMCluster:
     def start(self, node):
         subprocess.run(LOCAL_CLUSTER + ["start", node, f"--name={self.name}"], check=True, capture_output=True,
                        timeout=900)
+
+    def wait_for_slurm(self, node, seconds=300):
+        """Until slurmctld (node1) has `node` idle again: a test that cut the node off (its clock, a dropped
+        fabric: Slurm marks it DOWN, not responding) waits here for Slurm to take it back (ReturnToService=2)."""
+        deadline, state = time.monotonic() + seconds, ""
+        while time.monotonic() < deadline:
+            state = self.ssh("node1", f"sinfo -h -N -n {node} -o %T").stdout.strip()
+            if state == "idle":
+                return time.monotonic() - (deadline - seconds)
+            time.sleep(5)
+        pytest.fail(f"{node} is {state!r} in Slurm {seconds} s after the test put it back")
 
     def site(self, *extra, check=True, timeout=3600):
         return ansible_playbook(self.inventory, "site.yml", *extra, check=check, timeout=timeout)

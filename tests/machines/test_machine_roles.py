@@ -6,7 +6,8 @@ Order matters and the tests run in file order on the session's VMs (tests/machin
   node, which the rest of the session then uses (as a user's cluster would);
 - the clock test sets node2's clock 10 minutes ahead, sees preflight refuse it, and leaves it fixed by time_sync;
 - the firewall test turns cluster_firewall on for its own runs and puts the rules back off at its end; its drop
-  rule on node2's fabric is removed in a finally;
+  rule on node2's fabric is removed in a finally; it and the clock test wait for Slurm to have node2 idle again
+  (cut off, Slurm marks it DOWN);
 - the Slurm test converges the scheduler step (cluster_scheduler: slurm on the VMs).
 """
 
@@ -81,6 +82,8 @@ def test_a_clock_ten_minutes_off_is_refused_then_time_sync_fixes_it(vm_cluster):
     assert re.search(rf"^\^\*\s+{re.escape(vm_cluster.fabric['node1'])}\s", sources, re.M), sources
     conf = vm_cluster.ssh("node1", "cat /etc/chrony/chrony.conf", check=True).stdout
     assert "local stratum 10" in conf and f"allow {vm_cluster.fabric['node2']}" in conf, conf
+    # munge refused node2's credentials while its clock was off: Slurm takes it back once they agree.
+    print(f"node2 idle in Slurm again after {vm_cluster.wait_for_slurm('node2'):.0f} s")
 
 
 def test_firewall_admits_the_cluster_only_and_a_blocked_fabric_is_named_in_seconds(vm_cluster):
@@ -134,6 +137,8 @@ def test_firewall_admits_the_cluster_only_and_a_blocked_fabric_is_named_in_secon
         vm_cluster.ssh("node1", "systemctl stop cntk-fw-test 2>/dev/null; true")
         for node in vm_cluster.nodes:
             vm_cluster.ssh(node, "nft delete table inet cntk_cluster 2>/dev/null; systemctl disable nftables; true")
+    # The dropped fabric cut node2 off from slurmctld too: Slurm takes it back once it answers.
+    print(f"node2 idle in Slurm again after {vm_cluster.wait_for_slurm('node2'):.0f} s")
 
 
 def test_slurm_on_pure_cgroup_v2_kills_a_job_past_its_memory(vm_cluster):
